@@ -1,0 +1,76 @@
+/*
+ * cli.h - what every ggufkit tool shares: one option table that drives both
+ * getopt_long and --help, error printing, exit codes, progress and JSON output.
+ */
+#ifndef GGUFKIT_CLI_H
+#define GGUFKIT_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gguf/error.h"
+
+#define GGUFKIT_VERSION "0.1.0"
+
+enum { CLI_EXIT_OK = 0, CLI_EXIT_DIFF = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_ENV = 3 };
+
+/* Ids below 256 may double as short options; ids >= 256 are long-only. */
+enum { CLI_OPT_HELP = 1000, CLI_OPT_VERSION, CLI_OPT_QUIET, CLI_OPT_VERBOSE };
+
+typedef struct cli_opt {
+    int id;              /* returned by cli_next; a char for a short option */
+    const char *name;    /* long name without "--" */
+    int has_arg;         /* 0 none, 1 required */
+    const char *arg;     /* argument name for --help, e.g. "N" */
+    const char *help;
+} cli_opt;
+
+typedef struct cli_spec {
+    const char *tool;
+    const char *usage;     /* e.g. "[OPTIONS] MODEL.gguf" */
+    const char *summary;   /* one paragraph */
+    const cli_opt *opts;   /* terminated by {0} */
+    const char *examples;  /* lines of examples */
+} cli_spec;
+
+extern int cli_verbosity; /* 0 quiet, 1 normal, 2 verbose */
+
+/*
+ * Next option: its id, or -1 when options end (then argv[*optind] is the first
+ * positional). Handles --help, --version, -q, -v itself; prints usage and exits
+ * 2 on an unknown option or a missing argument.
+ */
+int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int *optind_out);
+void cli_usage(const cli_spec *spec, FILE *out);
+
+/* "TOOL: error: MESSAGE (offset N)" to stderr. */
+void cli_error(const char *tool, const gguf_error *err);
+void cli_errorf(const char *tool, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Library status -> exit code (DESIGN.md): mismatch 1, environment 3, input 2. */
+int cli_exit_code(int status);
+
+/* Sizes: "1.5G", "300M", "4096", K/M/G/T powers of 1024 (decimals allowed). */
+int cli_parse_size(const char *s, uint64_t *out);
+int cli_parse_u64(const char *s, uint64_t *out);
+/* Human size into buf, e.g. "1.50 GiB". */
+const char *cli_human_bytes(uint64_t n, char *buf, size_t size);
+
+/* Progress on stderr, only on a terminal, at most ~5 lines a second. */
+typedef struct cli_progress {
+    bool enabled;
+    const char *label;
+    uint64_t total;
+    double start, last;
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
+void cli_progress_update(cli_progress *p, uint64_t done);
+void cli_progress_end(cli_progress *p);
+double cli_now(void);
+
+/* JSON helpers: a quoted, escaped string (n bytes, or strlen when n == SIZE_MAX). */
+void cli_json_str(FILE *out, const char *s, size_t n);
+/* A double as JSON: finite as %.9g (or %.17g when precise), NaN/Inf as null. */
+void cli_json_num(FILE *out, double v);
+
+#endif
