@@ -1,0 +1,109 @@
+/*
+ * gguf/write.h - a streaming GGUF writer that never holds the model in memory
+ * and never leaves a half-written output behind.
+ *
+ * 1. gguf_writer_create(): a temporary file is created beside the output path
+ *    (".NAME.XXXXXX.tmp"). The output itself is untouched until finish.
+ * 2. Add metadata (gguf_writer_add_kv and helpers) and tensor infos
+ *    (gguf_writer_add_tensor) in the order they should appear.
+ * 3. Write tensor data in the same order: gguf_writer_write() with any chunking,
+ *    or gguf_writer_copy_fd() to copy bytes from another file in the kernel
+ *    (copy_file_range, holes preserved). Padding between tensors is automatic.
+ * 4. gguf_writer_finish(): checks every tensor is complete, fsyncs the file,
+ *    renames it into place (refusing to replace an existing file unless
+ *    overwrite was asked for) and fsyncs the folder.
+ * gguf_writer_free() before finish removes the temporary file: an error or an
+ * interrupt at any point leaves no output.
+ */
+#ifndef GGUF_WRITE_H
+#define GGUF_WRITE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/error.h"
+#include "gguf/file.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gguf_writer gguf_writer;
+
+typedef struct gguf_writer_opts {
+    uint32_t version;      /* 2 or 3; 0 means 3 */
+    uint32_t alignment;    /* 0: general.alignment if added, else 32 */
+    bool overwrite;        /* replace an existing output */
+    bool no_sync;          /* skip fsync (tests, scratch files) */
+    /* Polled during long writes; non-zero makes the next call fail with
+     * GGUF_E_INTERRUPTED (set it from a SIGINT/SIGTERM handler). */
+    volatile sig_atomic_t *cancel;
+} gguf_writer_opts;
+
+/*
+ * @return 0; GGUF_E_EXISTS if path exists and !overwrite; GGUF_E_IO.
+ */
+int gguf_writer_create(gguf_writer **out, const char *path, const gguf_writer_opts *opts,
+                       gguf_error *err);
+
+/* Remove the temporary file (if not finished) and free. Accepts NULL. */
+void gguf_writer_free(gguf_writer *w);
+
+/* Path of the temporary file being written (for messages and tests). */
+const char *gguf_writer_temp_path(const gguf_writer *w);
+
+/*
+ * Add a metadata pair; the value (strings, arrays, nested arrays) is copied.
+ * "general.alignment" (uint32, power of two) sets the data alignment.
+ * @return 0; GGUF_E_DUPLICATE; GGUF_E_INVALID (after data started, bad value);
+ *         GGUF_E_BAD_ALIGNMENT.
+ */
+int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, gguf_error *err);
+int gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t v, gguf_error *err);
+int gguf_writer_add_i32(gguf_writer *w, const char *key, int32_t v, gguf_error *err);
+int gguf_writer_add_u64(gguf_writer *w, const char *key, uint64_t v, gguf_error *err);
+int gguf_writer_add_f32(gguf_writer *w, const char *key, float v, gguf_error *err);
+int gguf_writer_add_bool(gguf_writer *w, const char *key, bool v, gguf_error *err);
+int gguf_writer_add_str(gguf_writer *w, const char *key, const char *v, gguf_error *err);
+/* An array of n scalars of type etype, packed in host (little-endian) order. */
+int gguf_writer_add_arr(gguf_writer *w, const char *key, uint32_t etype, const void *items,
+                        uint64_t n, gguf_error *err);
+int gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *items, uint64_t n,
+                            gguf_error *err);
+
+/*
+ * Declare the next tensor. ne has n_dims entries (ggml order).
+ * @return 0; GGUF_E_DUPLICATE; GGUF_E_BAD_TYPE; GGUF_E_BAD_SHAPE; GGUF_E_OVERFLOW.
+ */
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                           const int64_t *ne, gguf_error *err);
+
+/* Bytes of the whole output file once every tensor is written (header+padding+data). */
+uint64_t gguf_writer_total_size(const gguf_writer *w);
+/* Bytes of the header (metadata + infos), before the padding to the data section. */
+uint64_t gguf_writer_header_size(const gguf_writer *w);
+
+/*
+ * Write the header; implied by the first data call. After it, adding metadata
+ * or tensors fails with GGUF_E_INVALID.
+ */
+int gguf_writer_write_header(gguf_writer *w, gguf_error *err);
+
+/* Append n bytes of tensor data (tensors in declaration order, any chunking). */
+int gguf_writer_write(gguf_writer *w, const void *data, uint64_t n, gguf_error *err);
+
+/*
+ * Append n bytes of tensor data read from fd at offset: copy_file_range where
+ * the kernel can (reflinks on file systems that have them), else pread/pwrite
+ * through a bounded buffer; holes in the input stay holes in the output.
+ */
+int gguf_writer_copy_fd(gguf_writer *w, int fd, uint64_t offset, uint64_t n, gguf_error *err);
+
+/* Finish: verify completeness, fsync, rename into place, fsync the folder. */
+int gguf_writer_finish(gguf_writer *w, gguf_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GGUF_WRITE_H */
