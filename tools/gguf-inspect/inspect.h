@@ -1,0 +1,34 @@
+/* gguf-inspect: shared declarations of its output formats. */
+#ifndef GGUF_INSPECT_H
+#define GGUF_INSPECT_H
+
+#include <regex.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "gguf/file.h"
+#include "gguf/hash.h"
+
+typedef struct inspect_opts {
+    bool json, metadata_only, tensors_only, hash;
+    bool have_filter;
+    regex_t filter;
+    int threads;
+} inspect_opts;
+
+/* Digests computed once, shared by both formats (NULL arrays when --hash is off). */
+typedef struct inspect_digests {
+    gguf_digest *tensors;   /* set order */
+    gguf_digest model;
+    gguf_digest *files;     /* per part */
+} inspect_digests;
+
+bool inspect_match(const inspect_opts *o, const char *name);
+void inspect_print_text(FILE *out, const gguf_set *s, const inspect_opts *o,
+                        const inspect_digests *d);
+void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
+                        const inspect_digests *d);
+/* One metadata value as JSON (arrays in full). */
+void inspect_json_value(FILE *out, const gguf_value *v);
+
+#endif
