@@ -315,10 +315,11 @@ int gguf_dequant_pool_create(gguf_dequant_pool **out, int n_threads, gguf_error 
     pthread_cond_init(&pool->done, NULL);
     for (int i = 0; i < pool->n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
-        int rc = wa ? pthread_create(&pool->threads[i], NULL, pool_worker, wa) : ENOMEM;
+        int rc = ENOMEM;
         if (wa) {
             wa->pool = pool;
             wa->index = i + 1;
+            rc = pthread_create(&pool->threads[i], NULL, pool_worker, wa);
         }
         if (rc != 0) {
             free(wa);
