@@ -1,0 +1,407 @@
+/* Writer round trips, atomic output, hole-preserving copies, and split-set opening. */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf/file.h"
+#include "gguf/hash.h"
+#include "gguf/write.h"
+#include "helper_buf.h"
+
+static char *dir;
+static char path[4096];
+
+static void setup(void) { dir = th_mkdtemp(); }
+static void teardown(void)
+{
+    th_rmdir(dir);
+    free(dir);
+}
+
+static const char *p(const char *name)
+{
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return path;
+}
+
+static int count_files(void)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    if (fscanf(f, "%d", &n) != 1)
+        n = -1;
+    pclose(f);
+    return n;
+}
+
+static const gguf_writer_opts fast = {.no_sync = true};
+
+START_TEST(round_trip_all_types)
+{
+    gguf_writer *w;
+    gguf_error err;
+    ck_assert_int_eq(gguf_writer_create(&w, p("rt.gguf"), &fast, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_str(w, "general.architecture", "llama", &err), 0);
+    ck_assert_int_eq(gguf_writer_add_u32(w, "u32", 7, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_i32(w, "i32", -7, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_u64(w, "u64", 1ull << 40, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_f32(w, "f32", 0.25f, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_bool(w, "bool", true, &err), 0);
+    int16_t arr[3] = {-1, 2, -3};
+    ck_assert_int_eq(gguf_writer_add_arr(w, "arr.i16", GGUF_VALUE_INT16, arr, 3, &err), 0);
+    const char *strs[] = {"a", "", "ccc"};
+    ck_assert_int_eq(gguf_writer_add_arr_str(w, "arr.str", strs, 3, &err), 0);
+    /* nested: [[1,2],[3]] of u8 */
+    uint8_t a0[2] = {1, 2}, a1[1] = {3};
+    gguf_value inner[2];
+    memset(inner, 0, sizeof inner);
+    inner[0].type = inner[1].type = GGUF_VALUE_ARRAY;
+    inner[0].v.arr.type = inner[1].v.arr.type = GGUF_VALUE_UINT8;
+    inner[0].v.arr.n = 2;
+    inner[0].v.arr.raw = a0;
+    inner[1].v.arr.n = 1;
+    inner[1].v.arr.raw = a1;
+    gguf_value outer;
+    memset(&outer, 0, sizeof outer);
+    outer.type = GGUF_VALUE_ARRAY;
+    outer.v.arr.type = GGUF_VALUE_ARRAY;
+    outer.v.arr.n = 2;
+    outer.v.arr.vals = inner;
+    ck_assert_int_eq(gguf_writer_add_kv(w, "arr.nested", &outer, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_u32(w, "u32", 8, &err), GGUF_E_DUPLICATE);
+
+    int64_t ne_a[2] = {3, 2}, ne_b[1] = {64}, ne_c[1] = {0};
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "a", GGUF_TYPE_F32, 2, ne_a, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "empty", GGUF_TYPE_F32, 1, ne_c, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "b", GGUF_TYPE_Q8_0, 1, ne_b, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "a", GGUF_TYPE_F32, 2, ne_a, &err),
+                     GGUF_E_DUPLICATE);
+    int64_t bad[1] = {33};
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "c", GGUF_TYPE_Q8_0, 1, bad, &err),
+                     GGUF_E_BAD_SHAPE);
+    float av[6] = {1, 2, 3, 4, 5, 6};
+    ck_assert_int_eq(gguf_writer_write(w, av, 10, &err), 0); /* any chunking */
+    ck_assert_int_eq(gguf_writer_write(w, (uint8_t *)av + 10, 14, &err), 0);
+    uint8_t q[68];
+    for (int i = 0; i < 68; i++)
+        q[i] = (uint8_t)i;
+    ck_assert_int_eq(gguf_writer_add_u32(w, "late", 1, &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_writer_write(w, q, 68, &err), 0);
+    ck_assert_int_eq(gguf_writer_write(w, q, 1, &err), GGUF_E_INVALID);
+    uint64_t expect_size = gguf_writer_total_size(w);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    ck_assert_int_eq(count_files(), 1); /* no temporary left */
+
+    gguf_file *f;
+    ck_assert_int_eq(gguf_file_open(&f, p("rt.gguf"), NULL, &err), 0);
+    ck_assert_int_eq(gguf_file_size(f), expect_size);
+    ck_assert_int_eq(gguf_file_kv_count(f), 9);
+    int64_t i64;
+    ck_assert_int_eq(gguf_get_i64(f, "i32", &i64, NULL), 0);
+    ck_assert_int_eq(i64, -7);
+    const gguf_value *v;
+    ck_assert_int_eq(gguf_get_arr(f, "arr.nested", &v, NULL), 0);
+    gguf_value in1 = gguf_value_elem(v, 1);
+    ck_assert_int_eq(gguf_value_elem(&in1, 0).v.u8, 3);
+    ck_assert_int_eq(gguf_get_arr(f, "arr.str", &v, NULL), 0);
+    ck_assert(gguf_str_eq(gguf_value_elem(v, 2).v.str, "ccc"));
+    ck_assert(gguf_str_eq(gguf_value_elem(v, 1).v.str, ""));
+    const gguf_tensor *t = gguf_file_tensor_find(f, "b");
+    ck_assert_int_eq(t->nbytes, 68);
+    ck_assert(memcmp(t->data, q, 68) == 0);
+    t = gguf_file_tensor_find(f, "a");
+    ck_assert(memcmp(t->data, av, 24) == 0);
+    ck_assert_int_eq(t->file_offset % 32, 0);
+    gguf_file_close(f);
+}
+END_TEST
+
+START_TEST(refuses_existing_and_cleans_up)
+{
+    gguf_error err;
+    ck_assert_int_eq(th_write_file(p("x.gguf"), "keep", 4), 0);
+    gguf_writer *w;
+    ck_assert_int_eq(gguf_writer_create(&w, p("x.gguf"), &fast, &err), GGUF_E_EXISTS);
+    ck_assert(strstr(err.message, "x.gguf") != NULL);
+    /* Abandoned writer: temporary removed, nothing else created. */
+    ck_assert_int_eq(gguf_writer_create(&w, p("y.gguf"), &fast, &err), 0);
+    int64_t ne[1] = {8};
+    gguf_writer_add_tensor(w, "t", GGUF_TYPE_F32, 1, ne, &err);
+    float z[4] = {0};
+    ck_assert_int_eq(gguf_writer_write(w, z, 16, &err), 0);
+    ck_assert_int_eq(count_files(), 2);
+    /* Incomplete data: finish refuses. */
+    ck_assert_int_eq(gguf_writer_finish(w, &err), GGUF_E_INVALID);
+    ck_assert(strstr(err.message, "only 16 of 32 bytes") != NULL);
+    gguf_writer_free(w);
+    ck_assert_int_eq(count_files(), 1);
+    /* Overwrite on request. */
+    gguf_writer_opts o = fast;
+    o.overwrite = true;
+    ck_assert_int_eq(gguf_writer_create(&w, p("x.gguf"), &o, &err), 0);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    gguf_file *f;
+    ck_assert_int_eq(gguf_file_open(&f, p("x.gguf"), NULL, &err), 0);
+    gguf_file_close(f);
+}
+END_TEST
+
+START_TEST(cancel_flag)
+{
+    volatile sig_atomic_t cancel = 0;
+    gguf_writer_opts o = fast;
+    o.cancel = &cancel;
+    gguf_writer *w;
+    gguf_error err;
+    ck_assert_int_eq(gguf_writer_create(&w, p("c.gguf"), &o, &err), 0);
+    int64_t ne[1] = {1024};
+    gguf_writer_add_tensor(w, "t", GGUF_TYPE_F32, 1, ne, &err);
+    float z[256] = {0};
+    ck_assert_int_eq(gguf_writer_write(w, z, sizeof z, &err), 0);
+    cancel = 1;
+    ck_assert_int_eq(gguf_writer_write(w, z, sizeof z, &err), GGUF_E_INTERRUPTED);
+    gguf_writer_free(w);
+    ck_assert_int_eq(count_files(), 0);
+}
+END_TEST
+
+START_TEST(copy_fd_keeps_holes)
+{
+    /* A sparse 64 MiB source with 4 KiB of data in the middle. */
+    int fd = open(p("src.bin"), O_RDWR | O_CREAT, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, 64 << 20), 0);
+    char data[4096];
+    memset(data, 0x5a, sizeof data);
+    ck_assert_int_eq(pwrite(fd, data, sizeof data, 32 << 20), (ssize_t)sizeof data);
+    gguf_writer *w;
+    gguf_error err;
+    ck_assert_int_eq(gguf_writer_create(&w, p("sparse.gguf"), &fast, &err), 0);
+    int64_t ne[1] = {16 << 20};
+    gguf_writer_add_tensor(w, "big", GGUF_TYPE_F32, 1, ne, &err);
+    ck_assert_int_eq(gguf_writer_copy_fd(w, fd, 0, 64 << 20, &err), 0);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    close(fd);
+    struct stat st;
+    ck_assert_int_eq(stat(p("sparse.gguf"), &st), 0);
+    ck_assert_int_gt(st.st_size, 64 << 20);
+    ck_assert_msg((long long)st.st_blocks * 512 < (8ll << 20), "output not sparse: %lld bytes",
+                  (long long)st.st_blocks * 512);
+    gguf_file *f;
+    ck_assert_int_eq(gguf_file_open(&f, p("sparse.gguf"), NULL, &err), 0);
+    const gguf_tensor *t = gguf_file_tensor_at(f, 0);
+    ck_assert_int_eq(t->data[32 << 20], 0x5a);
+    ck_assert_int_eq(t->data[(32 << 20) - 1], 0);
+    ck_assert_int_eq(t->data[(64 << 20) - 1], 0);
+    gguf_file_close(f);
+}
+END_TEST
+
+/* Writes part i of n of a split set with the given split keys. */
+static void write_part(const char *name, int no, int count, int total, const char *tensor,
+                       uint32_t version)
+{
+    gguf_writer *w;
+    gguf_error err;
+    gguf_writer_opts o = fast;
+    o.version = version;
+    ck_assert_int_eq(gguf_writer_create(&w, p(name), &o, &err), 0);
+    uint16_t n16 = (uint16_t)no, c16 = (uint16_t)count;
+    gguf_value v;
+    memset(&v, 0, sizeof v);
+    v.type = GGUF_VALUE_UINT16;
+    v.v.u16 = n16;
+    if (no >= 0)
+        gguf_writer_add_kv(w, "split.no", &v, &err);
+    v.v.u16 = c16;
+    if (count >= 0)
+        gguf_writer_add_kv(w, "split.count", &v, &err);
+    if (total >= 0)
+        gguf_writer_add_i32(w, "split.tensors.count", total, &err);
+    int64_t ne[1] = {8};
+    gguf_writer_add_tensor(w, tensor, GGUF_TYPE_F32, 1, ne, &err);
+    float z[8] = {(float)no};
+    gguf_writer_write(w, z, sizeof z, &err);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+}
+
+static int open_set(const char *name, gguf_error *err)
+{
+    gguf_set *s = NULL;
+    int rc = gguf_set_open(&s, p(name), NULL, err);
+    gguf_set_close(s);
+    return rc;
+}
+
+START_TEST(split_set_valid)
+{
+    write_part("m-00001-of-00003.gguf", 0, 3, 3, "t0", 3);
+    write_part("m-00002-of-00003.gguf", 1, 3, 3, "t1", 3);
+    write_part("m-00003-of-00003.gguf", 2, 3, 3, "t2", 3);
+    gguf_set *s;
+    gguf_error err;
+    ck_assert_int_eq(gguf_set_open(&s, p("m-00002-of-00003.gguf"), NULL, &err), 0);
+    ck_assert_int_eq(gguf_set_part_count(s), 3);
+    ck_assert_int_eq(gguf_set_tensor_count(s), 3);
+    const gguf_tensor *t = gguf_set_tensor_find(s, "t2");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->part, 2);
+    float v;
+    memcpy(&v, t->data, 4);
+    ck_assert(v == 2.0f);
+    ck_assert_ptr_eq(gguf_set_tensor_at(s, 1), gguf_set_tensor_find(s, "t1"));
+    gguf_set_close(s);
+    /* GGUF_OPEN_SINGLE opens just the named part. */
+    gguf_open_opts o = {GGUF_OPEN_SINGLE};
+    ck_assert_int_eq(gguf_set_open(&s, p("m-00003-of-00003.gguf"), &o, &err), 0);
+    ck_assert_int_eq(gguf_set_tensor_count(s), 1);
+    gguf_set_close(s);
+}
+END_TEST
+
+START_TEST(split_set_errors)
+{
+    gguf_error err;
+    /* missing part */
+    write_part("a-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
+    ck_assert_int_eq(open_set("a-00001-of-00002.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "part 2 of 2 is missing") != NULL);
+    /* wrong split.no */
+    write_part("b-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
+    write_part("b-00002-of-00002.gguf", 0, 2, 2, "t1", 3);
+    ck_assert_int_eq(open_set("b-00001-of-00002.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "split.no is 0") != NULL);
+    /* wrong split.count */
+    write_part("c-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
+    write_part("c-00002-of-00002.gguf", 1, 3, 2, "t1", 3);
+    ck_assert_int_eq(open_set("c-00002-of-00002.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "split.count is 3") != NULL);
+    /* tensor total differs from split.tensors.count */
+    write_part("d-00001-of-00002.gguf", 0, 2, 5, "t0", 3);
+    write_part("d-00002-of-00002.gguf", 1, 2, 5, "t1", 3);
+    ck_assert_int_eq(open_set("d-00001-of-00002.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "says 5 tensors") != NULL);
+    /* duplicate tensor across parts */
+    write_part("e-00001-of-00002.gguf", 0, 2, 2, "same", 3);
+    write_part("e-00002-of-00002.gguf", 1, 2, 2, "same", 3);
+    ck_assert_int_eq(open_set("e-00001-of-00002.gguf", &err), GGUF_E_DUPLICATE);
+    ck_assert(strstr(err.message, "same") != NULL);
+    /* version mismatch */
+    write_part("f-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
+    write_part("f-00002-of-00002.gguf", 1, 2, 2, "t1", 2);
+    ck_assert_int_eq(open_set("f-00001-of-00002.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "version") != NULL);
+    /* split keys but no split name */
+    write_part("lonely.gguf", 0, 4, 4, "t0", 3);
+    ck_assert_int_eq(open_set("lonely.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "does not follow") != NULL);
+    /* a part without split keys */
+    write_part("g-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
+    write_part("g-00002-of-00002.gguf", -1, -1, -1, "t1", 3);
+    ck_assert_int_eq(open_set("g-00001-of-00002.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "no split.no") != NULL);
+    /* a truncated part is named */
+    write_part("h-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
+    write_part("h-00002-of-00002.gguf", 1, 2, 2, "t1", 3);
+    ck_assert_int_eq(truncate(p("h-00002-of-00002.gguf"), 100), 0);
+    ck_assert_int_eq(open_set("h-00001-of-00002.gguf", &err), GGUF_E_TRUNCATED);
+    ck_assert(strstr(err.message, "h-00002-of-00002.gguf") != NULL);
+}
+END_TEST
+
+START_TEST(split_names)
+{
+    char prefix[256];
+    uint32_t no, count;
+    ck_assert(gguf_split_parse_name("/x/y/GLM-5-UD-00003-of-00010.gguf", prefix, sizeof prefix,
+                                    &no, &count));
+    ck_assert_str_eq(prefix, "/x/y/GLM-5-UD");
+    ck_assert_int_eq(no, 3);
+    ck_assert_int_eq(count, 10);
+    ck_assert(!gguf_split_parse_name("model.gguf", prefix, sizeof prefix, &no, &count));
+    ck_assert(!gguf_split_parse_name("m-00011-of-00010.gguf", prefix, sizeof prefix, &no, &count));
+    ck_assert(!gguf_split_parse_name("m-0001-of-00010.gguf", prefix, sizeof prefix, &no, &count));
+    char name[64];
+    ck_assert_int_eq(gguf_split_part_name(name, sizeof name, "m", 2, 7), 0);
+    ck_assert_str_eq(name, "m-00002-of-00007.gguf");
+    ck_assert_int_eq(gguf_split_part_name(name, 8, "m", 2, 7), GGUF_E_LIMIT);
+}
+END_TEST
+
+START_TEST(digests)
+{
+    gguf_digest d;
+    gguf_digest_bytes("", 0, &d);
+    char hex[GGUF_DIGEST_HEX];
+    /* Known answer: XXH3-128 of the empty input (xxHash reference test vector). */
+    ck_assert_str_eq(gguf_digest_hex(&d, hex), "99aa06d3014798d86001c324468d497f");
+    gguf_digest e;
+    ck_assert_int_eq(gguf_digest_parse(hex, &e), 0);
+    ck_assert(gguf_digest_equal(&d, &e));
+    ck_assert_int_eq(gguf_digest_parse("xyz", &e), GGUF_E_INVALID);
+    /* Streaming equals one-shot. */
+    gguf_hasher *h;
+    ck_assert_int_eq(gguf_hasher_new(&h), 0);
+    gguf_hasher_update(h, "hello ", 6);
+    gguf_hasher_update(h, "world", 5);
+    gguf_hasher_final(h, &e);
+    gguf_digest_bytes("hello world", 11, &d);
+    ck_assert(gguf_digest_equal(&d, &e));
+    gguf_hasher_free(h);
+    /* The model digest of a split set equals that of the same tensors in one file. */
+    write_part("s-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
+    write_part("s-00002-of-00002.gguf", 1, 2, 2, "t1", 3);
+    gguf_set *s;
+    gguf_error err;
+    ck_assert_int_eq(gguf_set_open(&s, p("s-00001-of-00002.gguf"), NULL, &err), 0);
+    gguf_digest m1, td[2];
+    ck_assert_int_eq(gguf_digest_set(s, td, &m1, 2, NULL, &err), 0);
+    gguf_set_close(s);
+    gguf_writer *w;
+    ck_assert_int_eq(gguf_writer_create(&w, p("one.gguf"), &fast, &err), 0);
+    int64_t ne[1] = {8};
+    gguf_writer_add_tensor(w, "t0", GGUF_TYPE_F32, 1, ne, &err);
+    gguf_writer_add_tensor(w, "t1", GGUF_TYPE_F32, 1, ne, &err);
+    float z0[8] = {0}, z1[8] = {1};
+    gguf_writer_write(w, z0, 32, &err);
+    gguf_writer_write(w, z1, 32, &err);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    ck_assert_int_eq(gguf_set_open(&s, p("one.gguf"), NULL, &err), 0);
+    gguf_digest m2;
+    ck_assert_int_eq(gguf_digest_set(s, NULL, &m2, 1, NULL, &err), 0);
+    gguf_set_close(s);
+    ck_assert(gguf_digest_equal(&m1, &m2));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("write");
+    TCase *tc = tcase_create("write");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, round_trip_all_types);
+    tcase_add_test(tc, refuses_existing_and_cleans_up);
+    tcase_add_test(tc, cancel_flag);
+    tcase_add_test(tc, copy_fd_keeps_holes);
+    tcase_add_test(tc, split_set_valid);
+    tcase_add_test(tc, split_set_errors);
+    tcase_add_test(tc, split_names);
+    tcase_add_test(tc, digests);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
