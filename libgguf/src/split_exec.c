@@ -1,0 +1,513 @@
+/*
+ * Execution of merge and split plans on top of gguf_writer: output checks,
+ * kernel copies of tensor data, verification by XXH3-128 digests and the
+ * ordering that makes --delete-inputs safe:
+ *
+ *   check outputs (inode, existence, free space)          nothing written yet
+ *   for each output: temp file, header, copy, fsync, rename, fsync folder
+ *   digest inputs and outputs, compare                     outputs complete
+ *   only then: unlink the input parts, fsync their folder
+ *
+ * Any failure before the last step removes every temporary file and every
+ * output this call renamed into place; the inputs are only read.
+ */
+#include "error_internal.h"
+#include "gguf/split.h"
+#include "gguf/write.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COPY_STEP (256ull << 20)  /* bytes per copy call: progress and cancel granularity */
+#define HASH_STEP (64ull << 20)   /* bytes per digest update */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool cancelled(const gguf_split_job_opts *o) { return o->cancel && *o->cancel; }
+
+/* Folder of a path, in a malloc'd string. */
+static char *dir_of(const char *path)
+{
+    char *c = strdup(path);
+    if (!c)
+        return NULL;
+    char *d = strdup(dirname(c));
+    free(c);
+    return d;
+}
+
+static void sync_dir_of(const char *path)
+{
+    char *d = dir_of(path);
+    if (!d)
+        return;
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(d);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static uint64_t allocated_bytes(const gguf_file *f)
+{
+    struct stat st;
+    if (fstat(gguf_file_fd(f), &st) != 0)
+        return gguf_file_size(f);
+    uint64_t a = (uint64_t)st.st_blocks * 512u;
+    return a < gguf_file_size(f) ? a : gguf_file_size(f);
+}
+
+int gguf_split_check_outputs(const gguf_set *in, const gguf_split_plan *p, bool overwrite,
+                             gguf_error *err)
+{
+    gguf_error_clear(err);
+    if (!in || !p || !p->n_parts)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_check_outputs: bad args");
+    uint32_t n_in = gguf_set_part_count(in);
+    uint64_t alloc_in = 0, headers = 0;
+    for (uint32_t i = 0; i < n_in; i++)
+        alloc_in += allocated_bytes(gguf_set_part(in, i));
+    for (uint32_t k = 0; k < p->n_parts; k++) {
+        const char *out = p->parts[k].path;
+        headers += p->parts[k].header_size + p->alignment;
+        struct stat st, lst;
+        if (stat(out, &st) == 0) {
+            for (uint32_t i = 0; i < n_in; i++) {
+                const gguf_file *f = gguf_set_part(in, i);
+                struct stat ist;
+                if (fstat(gguf_file_fd(f), &ist) == 0 && ist.st_dev == st.st_dev &&
+                    ist.st_ino == st.st_ino)
+                    return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                                     "%s: the output is the input part %u (%s); refusing to "
+                                     "write over an input",
+                                     out, i + 1, gguf_file_path(f));
+            }
+            if (!overwrite)
+                return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                                 "%s: the output exists (use --force to replace it)", out);
+        } else if (errno != ENOENT) {
+            return gguf_fail_errno(err, GGUF_E_IO, errno, "%s: cannot check the output path",
+                                   out);
+        } else if (lstat(out, &lst) == 0 && !overwrite) {
+            return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                             "%s: the output exists as a dangling symbolic link (use --force to "
+                             "replace it)",
+                             out);
+        }
+    }
+    /* Outputs of one plan share a folder (one path, or one prefix). */
+    char *dir = dir_of(p->parts[0].path);
+    if (!dir)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+    struct stat dst;
+    int rc = GGUF_OK;
+    if (stat(dir, &dst) != 0 || !S_ISDIR(dst.st_mode)) {
+        rc = gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET,
+                       "%s: the output folder %s does not exist", p->parts[0].path, dir);
+        goto done;
+    }
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0) {
+        /* Holes of sparse inputs stay holes in the outputs: count only what
+         * the inputs really occupy, plus the new headers. */
+        uint64_t need = alloc_in + headers;
+        if (need > p->total_size)
+            need = p->total_size;
+        uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+        if (need > avail)
+            rc = gguf_fail(err, GGUF_E_NOSPACE, GGUF_NO_OFFSET,
+                           "%s: not enough free space: the output needs about %llu bytes, the "
+                           "file system of %s has %llu available",
+                           p->parts[0].path, (unsigned long long)need, dir,
+                           (unsigned long long)avail);
+    }
+done:
+    free(dir);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static int add_u16(gguf_writer *w, const char *key, uint16_t x, gguf_error *err)
+{
+    gguf_value v;
+    memset(&v, 0, sizeof v);
+    v.type = GGUF_VALUE_UINT16;
+    v.v.u16 = x;
+    return gguf_writer_add_kv(w, key, &v, err);
+}
+
+typedef struct copy_state {
+    const gguf_split_job_opts *o;
+    uint64_t done, total;
+} copy_state;
+
+static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, copy_state *cs,
+                      gguf_error *err)
+{
+    const gguf_split_part *part = &p->parts[k];
+    const gguf_split_job_opts *o = cs->o;
+    gguf_writer_opts wo = {.version = p->version,
+                           .alignment = p->alignment,
+                           .overwrite = o->overwrite,
+                           .no_sync = o->no_sync,
+                           .cancel = o->cancel};
+    gguf_writer *w = NULL;
+    int rc = gguf_writer_create(&w, part->path, &wo, err);
+    if (rc)
+        return rc;
+    const gguf_file *meta = gguf_set_meta(in);
+    if (p->kind == GGUF_PLAN_MERGE || k == 0) {
+        for (int64_t i = 0; !rc && i < gguf_file_kv_count(meta); i++) {
+            const gguf_kv *kv = gguf_file_kv_at(meta, i);
+            if (!gguf_split_is_split_key(kv->key))
+                rc = gguf_writer_add_kv(w, kv->key, &kv->value, err);
+        }
+    } else if (p->alignment != GGUF_DEFAULT_ALIGNMENT) {
+        rc = gguf_writer_add_u32(w, GGUF_KEY_ALIGNMENT, p->alignment, err);
+    }
+    if (!rc && p->kind == GGUF_PLAN_SPLIT) {
+        if (!(rc = add_u16(w, GGUF_KEY_SPLIT_NO, (uint16_t)k, err)) &&
+            !(rc = add_u16(w, GGUF_KEY_SPLIT_COUNT, (uint16_t)p->n_parts, err)))
+            rc = gguf_writer_add_i32(w, GGUF_KEY_SPLIT_TENSORS, (int32_t)p->n_tensors, err);
+    }
+    for (int64_t i = part->first; !rc && i < part->first + part->count; i++) {
+        const gguf_tensor *t = gguf_set_tensor_at(in, i);
+        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, err);
+    }
+    if (!rc && gguf_writer_total_size(w) != part->size)
+        rc = gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                       "%s: internal error: the plan says %llu bytes, the writer %llu",
+                       part->path, (unsigned long long)part->size,
+                       (unsigned long long)gguf_writer_total_size(w));
+    if (!rc)
+        rc = gguf_writer_write_header(w, err);
+    for (int64_t i = part->first; !rc && i < part->first + part->count; i++) {
+        const gguf_tensor *t = gguf_set_tensor_at(in, i);
+        int fd = gguf_file_fd(gguf_set_part(in, t->part));
+        for (uint64_t off = 0; !rc && off < t->nbytes; off += COPY_STEP) {
+            uint64_t n = t->nbytes - off < COPY_STEP ? t->nbytes - off : COPY_STEP;
+            if (fd >= 0)
+                rc = gguf_writer_copy_fd(w, fd, t->file_offset + off, n, err);
+            else
+                rc = gguf_writer_write(w, t->data + off, n, err);
+            if (!rc) {
+                cs->done += n;
+                if (o->progress)
+                    o->progress(o->progress_ctx, GGUF_SPLIT_PHASE_COPY, cs->done, cs->total);
+            }
+        }
+    }
+    if (!rc && cancelled(o))
+        rc = gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET,
+                       "%s: interrupted; the partial output was removed", part->path);
+    if (!rc)
+        rc = gguf_writer_finish(w, err);
+    gguf_writer_free(w); /* removes the temporary file unless finished */
+    return rc;
+}
+
+/* Remove outputs [0, n) this call put in place. */
+static void remove_outputs(const gguf_split_plan *p, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++)
+        unlink(p->parts[k].path);
+    if (n)
+        sync_dir_of(p->parts[0].path);
+}
+
+/* ---------------------------------------------------------------- digests */
+
+typedef struct djob {
+    const uint8_t *data;
+    uint64_t n;
+    gguf_digest *out;
+} djob;
+
+typedef struct dpool {
+    djob *jobs;
+    int64_t n_jobs;
+    atomic_llong next;
+    atomic_ullong done;
+    atomic_int running;
+    atomic_int nomem;
+    volatile sig_atomic_t *cancel;
+} dpool;
+
+static void *dworker(void *arg)
+{
+    dpool *dp = arg;
+    gguf_hasher *h = NULL;
+    if (gguf_hasher_new(&h) != GGUF_OK) {
+        atomic_store(&dp->nomem, 1);
+        atomic_fetch_sub(&dp->running, 1);
+        return NULL;
+    }
+    for (;;) {
+        long long i = atomic_fetch_add(&dp->next, 1);
+        if (i >= dp->n_jobs || (dp->cancel && *dp->cancel))
+            break;
+        const djob *j = &dp->jobs[i];
+        gguf_hasher_reset(h);
+        for (uint64_t off = 0; off < j->n; off += HASH_STEP) {
+            if (dp->cancel && *dp->cancel)
+                break;
+            uint64_t k = j->n - off < HASH_STEP ? j->n - off : HASH_STEP;
+            gguf_hasher_update(h, j->data + off, (size_t)k);
+            atomic_fetch_add(&dp->done, k);
+        }
+        gguf_hasher_final(h, j->out);
+    }
+    gguf_hasher_free(h);
+    atomic_fetch_sub(&dp->running, 1);
+    return NULL;
+}
+
+/* Digest every job on n_threads threads, reporting progress from this thread. */
+static int digest_jobs(djob *jobs, int64_t n, const gguf_split_job_opts *o, gguf_error *err)
+{
+    uint64_t total = 0;
+    for (int64_t i = 0; i < n; i++)
+        total += jobs[i].n;
+    int nt = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nt < 1)
+        nt = 1;
+    if (nt > 64)
+        nt = 64;
+    if (nt > n)
+        nt = n > 0 ? (int)n : 1;
+    dpool dp = {.jobs = jobs, .n_jobs = n, .cancel = o->cancel};
+    atomic_init(&dp.next, 0);
+    atomic_init(&dp.done, 0);
+    atomic_init(&dp.running, nt);
+    atomic_init(&dp.nomem, 0);
+    pthread_t th[64];
+    int started = 0;
+    for (int i = 0; i < nt; i++) {
+        if (pthread_create(&th[started], NULL, dworker, &dp) != 0) {
+            atomic_fetch_sub(&dp.running, 1);
+            continue;
+        }
+        started++;
+    }
+    if (!started) {
+        atomic_store(&dp.running, 1);
+        dworker(&dp);
+    }
+    while (atomic_load(&dp.running) > 0) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (o->progress)
+            o->progress(o->progress_ctx, GGUF_SPLIT_PHASE_VERIFY, atomic_load(&dp.done), total);
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    if (o->progress)
+        o->progress(o->progress_ctx, GGUF_SPLIT_PHASE_VERIFY, atomic_load(&dp.done), total);
+    if (cancelled(o))
+        return gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET,
+                         "interrupted while computing digests");
+    if (atomic_load(&dp.nomem))
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+    return GGUF_OK;
+}
+
+/* Structural check of output tensor j against input tensor i. */
+static bool same_info(const gguf_tensor *a, const gguf_tensor *b)
+{
+    if (strcmp(a->name, b->name) != 0 || a->type != b->type || a->n_dims != b->n_dims ||
+        a->nbytes != b->nbytes)
+        return false;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++)
+        if (a->ne[d] != b->ne[d])
+            return false;
+    return true;
+}
+
+static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
+                             const gguf_split_job_opts *o, gguf_split_report *r, gguf_error *err)
+{
+    bool verify = o->verify || o->delete_inputs;
+    int64_t n = p->n_tensors;
+    gguf_file **outs = calloc(p->n_parts, sizeof *outs);
+    gguf_digest *out_d = calloc((size_t)n + 1, sizeof *out_d);
+    djob *jobs = calloc(2 * (size_t)n + p->n_parts + 1, sizeof *jobs);
+    const gguf_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    r->tensor_digests = calloc((size_t)n + 1, sizeof *r->tensor_digests);
+    r->file_digests = calloc(p->n_parts, sizeof *r->file_digests);
+    int rc = GGUF_OK;
+    if (!outs || !out_d || !jobs || !ts || !r->tensor_digests || !r->file_digests) {
+        rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+        goto done;
+    }
+    int64_t nj = 0;
+    for (uint32_t k = 0; k < p->n_parts; k++) {
+        const gguf_split_part *part = &p->parts[k];
+        /* Reopening validates the output as any reader would. */
+        if ((rc = gguf_file_open(&outs[k], part->path, NULL, err)))
+            goto done;
+        if (gguf_file_tensor_count(outs[k]) != part->count ||
+            gguf_file_size(outs[k]) != part->size) {
+            rc = gguf_fail(err, GGUF_E_MISMATCH, GGUF_NO_OFFSET,
+                           "%s: the output has %lld tensors and %llu bytes, the plan says %lld "
+                           "and %llu",
+                           part->path, (long long)gguf_file_tensor_count(outs[k]),
+                           (unsigned long long)gguf_file_size(outs[k]), (long long)part->count,
+                           (unsigned long long)part->size);
+            goto done;
+        }
+        for (int64_t j = 0; j < part->count; j++) {
+            const gguf_tensor *a = gguf_set_tensor_at(in, part->first + j);
+            const gguf_tensor *b = gguf_file_tensor_at(outs[k], j);
+            if (!same_info(a, b)) {
+                rc = gguf_fail(err, GGUF_E_MISMATCH, b->info_offset,
+                               "%s: tensor %lld is '%s', expected '%s' with the input's type "
+                               "and shape",
+                               part->path, (long long)j, b->name, a->name);
+                goto done;
+            }
+            ts[part->first + j] = a;
+            jobs[nj++] = (djob){a->data, a->nbytes, &r->tensor_digests[part->first + j]};
+            if (verify)
+                jobs[nj++] = (djob){b->data, b->nbytes, &out_d[part->first + j]};
+        }
+        if (o->digests)
+            jobs[nj++] = (djob){gguf_file_bytes(outs[k]), gguf_file_size(outs[k]),
+                                &r->file_digests[k]};
+    }
+    double t0 = now_s();
+    if ((rc = digest_jobs(jobs, nj, o, err)))
+        goto done;
+    r->seconds_verify = now_s() - t0;
+    gguf_digest_model(ts, r->tensor_digests, n, &r->model_digest);
+    r->have_digests = o->digests;
+    r->n_tensors = n;
+    if (verify) {
+        for (uint32_t k = 0; k < p->n_parts; k++) {
+            const gguf_split_part *part = &p->parts[k];
+            for (int64_t j = 0; j < part->count; j++) {
+                int64_t i = part->first + j;
+                if (!gguf_digest_equal(&r->tensor_digests[i], &out_d[i])) {
+                    char a[GGUF_DIGEST_HEX], b[GGUF_DIGEST_HEX];
+                    const gguf_tensor *t = gguf_set_tensor_at(in, i);
+                    rc = gguf_fail(err, GGUF_E_MISMATCH,
+                                   gguf_file_tensor_at(outs[k], j)->file_offset,
+                                   "%s: tensor '%s': digest %s differs from the input's %s (%s)",
+                                   part->path, t->name, gguf_digest_hex(&out_d[i], b),
+                                   gguf_digest_hex(&r->tensor_digests[i], a),
+                                   gguf_file_path(gguf_set_part(in, t->part)));
+                    goto done;
+                }
+            }
+        }
+        r->verified = true;
+    }
+done:
+    if (outs)
+        for (uint32_t k = 0; k < p->n_parts; k++)
+            gguf_file_close(outs[k]);
+    free(outs);
+    free(out_d);
+    free(jobs);
+    free(ts);
+    return rc;
+}
+
+static int delete_inputs(const gguf_set *in, gguf_split_report *r, gguf_error *err)
+{
+    uint32_t n = gguf_set_part_count(in);
+    for (uint32_t i = 0; i < n; i++) {
+        const char *path = gguf_file_path(gguf_set_part(in, i));
+        if (unlink(path) != 0) {
+            int e = errno;
+            if (r->n_deleted)
+                sync_dir_of(gguf_file_path(gguf_set_part(in, 0)));
+            return gguf_fail_errno(err, GGUF_E_IO, e,
+                                   "%s: cannot delete the input part %u (the output is complete "
+                                   "and verified; %u part(s) were deleted)",
+                                   path, i + 1, r->n_deleted);
+        }
+        r->n_deleted++;
+    }
+    if (n)
+        sync_dir_of(gguf_file_path(gguf_set_part(in, 0)));
+    return GGUF_OK;
+}
+
+int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
+                       const gguf_split_job_opts *opts, gguf_split_report **report,
+                       gguf_error *err)
+{
+    gguf_error_clear(err);
+    if (report)
+        *report = NULL;
+    if (!in || !p || !p->n_parts || p->n_tensors != gguf_set_tensor_count(in))
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_execute: bad args");
+    gguf_split_job_opts o = {0};
+    if (opts)
+        o = *opts;
+    gguf_split_report *r = calloc(1, sizeof *r);
+    if (!r)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+    int rc = gguf_split_check_outputs(in, p, o.overwrite, err);
+    if (rc)
+        goto fail;
+    copy_state cs = {.o = &o};
+    for (int64_t i = 0; i < p->n_tensors; i++)
+        cs.total += gguf_set_tensor_at(in, i)->nbytes;
+    double t0 = now_s();
+    uint32_t written = 0;
+    for (uint32_t k = 0; k < p->n_parts; k++) {
+        if ((rc = write_part(in, p, k, &cs, err))) {
+            remove_outputs(p, written);
+            goto fail;
+        }
+        written++;
+        r->bytes_written += p->parts[k].size;
+    }
+    r->n_outputs = written;
+    r->seconds_copy = now_s() - t0;
+    if (o.verify || o.digests || o.delete_inputs) {
+        if ((rc = verify_and_digest(in, p, &o, r, err))) {
+            remove_outputs(p, written);
+            r->n_outputs = 0;
+            goto fail;
+        }
+    }
+    if (o.delete_inputs && (rc = delete_inputs(in, r, err)))
+        goto fail;
+    if (report)
+        *report = r;
+    else
+        gguf_split_report_free(r);
+    return GGUF_OK;
+fail:
+    gguf_split_report_free(r);
+    return rc;
+}
+
+void gguf_split_report_free(gguf_split_report *r)
+{
+    if (!r)
+        return;
+    free(r->tensor_digests);
+    free(r->file_digests);
+    free(r);
+}

@@ -1,0 +1,136 @@
+/*
+ * The manifest of a merge or split: per-tensor and per-file XXH3-128 digests
+ * as JSON (schema in gguf/split.h), written atomically so CI never reads half
+ * a manifest.
+ */
+#include "error_internal.h"
+#include "gguf/split.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+static void render(FILE *out, const gguf_set *in, const gguf_split_plan *p,
+                   const gguf_split_report *r)
+{
+    char hex[GGUF_DIGEST_HEX];
+    fprintf(out, "{\n  \"schema\": \"ggufkit.merge-manifest/1\",\n  \"operation\": \"%s\",\n",
+            p->kind == GGUF_PLAN_MERGE ? "merge" : "split");
+    fputs("  \"inputs\": [", out);
+    for (uint32_t i = 0; i < gguf_set_part_count(in); i++) {
+        const gguf_file *f = gguf_set_part(in, i);
+        fprintf(out, "%s\n    {\"path\": ", i ? "," : "");
+        json_str(out, gguf_file_path(f));
+        fprintf(out, ", \"size\": %llu}", (unsigned long long)gguf_file_size(f));
+    }
+    fputs("\n  ],\n  \"outputs\": [", out);
+    for (uint32_t k = 0; k < p->n_parts; k++) {
+        fprintf(out, "%s\n    {\"path\": ", k ? "," : "");
+        json_str(out, p->parts[k].path);
+        fprintf(out, ", \"size\": %llu, \"tensors\": %lld, \"xxh3_128\": \"%s\"}",
+                (unsigned long long)p->parts[k].size, (long long)p->parts[k].count,
+                gguf_digest_hex(&r->file_digests[k], hex));
+    }
+    fprintf(out, "\n  ],\n  \"model_xxh3_128\": \"%s\",\n  \"tensors\": [",
+            gguf_digest_hex(&r->model_digest, hex));
+    uint32_t k = 0;
+    for (int64_t i = 0; i < p->n_tensors; i++) {
+        const gguf_tensor *t = gguf_set_tensor_at(in, i);
+        while (k + 1 < p->n_parts && i >= p->parts[k].first + p->parts[k].count)
+            k++;
+        fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
+        json_str(out, t->name);
+        fprintf(out, ", \"type\": \"%s\", \"shape\": [", gguf_type_name(t->type));
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            fprintf(out, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+        fprintf(out, "], \"nbytes\": %llu, \"output\": %u, \"xxh3_128\": \"%s\"}",
+                (unsigned long long)t->nbytes, k, gguf_digest_hex(&r->tensor_digests[i], hex));
+    }
+    fputs("\n  ]\n}\n", out);
+}
+
+int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_split_plan *p,
+                              const gguf_split_report *r, bool overwrite, gguf_error *err)
+{
+    gguf_error_clear(err);
+    if (!path || !in || !p || !r || !r->have_digests)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                         "gguf_split_manifest_write: no digests were computed");
+    struct stat st;
+    if (!overwrite && lstat(path, &st) == 0)
+        return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                         "%s: the manifest exists (use --force to replace it)", path);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+    render(mem, in, p, r);
+    if (fclose(mem) != 0 || !text) {
+        free(text);
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+    }
+    size_t tlen = strlen(path) + 16;
+    char *tmp = malloc(tlen);
+    int rc = GGUF_OK, fd = -1;
+    if (!tmp) {
+        rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, tlen, "%s.%d.tmp", path, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        rc = gguf_fail_errno(err, errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, errno,
+                             "%s: cannot create the manifest", tmp);
+        goto done;
+    }
+    for (size_t off = 0; off < len;) {
+        ssize_t k = write(fd, text + off, len - off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            rc = gguf_fail_errno(err,
+                                 (e == ENOSPC || e == EFBIG || e == EDQUOT) ? GGUF_E_NOSPACE
+                                                                            : GGUF_E_IO,
+                                 e, "%s: cannot write the manifest", tmp);
+            goto done;
+        }
+        off += (size_t)k;
+    }
+    if (fsync(fd) != 0) {
+        rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: fsync failed", tmp);
+        goto done;
+    }
+    close(fd);
+    fd = -1;
+    if (rename(tmp, path) != 0)
+        rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: cannot rename the manifest", path);
+done:
+    if (fd >= 0)
+        close(fd);
+    if (rc && tmp)
+        unlink(tmp);
+    free(tmp);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,286 @@
+/*
+ * gguf-merge: merge a split GGUF set into one file, or split a model into a
+ * set. Flags follow llama.cpp's llama-gguf-split where they overlap. The work
+ * (validation, plans, copies, digests) is in libgguf (gguf/split.h).
+ */
+#include "cli.h"
+#include "gguf/file.h"
+#include "gguf/hash.h"
+#include "gguf/split.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *TOOL = "gguf-merge";
+
+enum {
+    OPT_MERGE = 300,
+    OPT_SPLIT,
+    OPT_MAX_TENSORS,
+    OPT_MAX_SIZE,
+    OPT_NO_TENSOR_FIRST,
+    OPT_DRY_RUN,
+    OPT_VERIFY,
+    OPT_MANIFEST,
+    OPT_DELETE,
+    OPT_JSON,
+    OPT_THREADS,
+    OPT_NO_SYNC,
+};
+
+static const cli_opt OPTS[] = {
+    {OPT_MERGE, "merge", 0, NULL, "merge the split set that INPUT belongs to into OUTPUT"},
+    {OPT_SPLIT, "split", 0, NULL, "split INPUT into OUTPUT-00001-of-0000N.gguf ... (default)"},
+    {OPT_MAX_TENSORS, "split-max-tensors", 1, "N", "at most N tensors per part (default 128)"},
+    {OPT_MAX_SIZE, "split-max-size", 1, "SIZE",
+     "at most SIZE bytes per part file, headers and padding included (K, M, G, T; 1.5G)"},
+    {OPT_NO_TENSOR_FIRST, "no-tensor-first-split", 0, NULL,
+     "put only the metadata in the first part"},
+    {OPT_DRY_RUN, "dry-run", 0, NULL, "read the headers, check the outputs, print the plan"},
+    {'f', "force", 0, NULL, "replace existing outputs (never an input)"},
+    {OPT_VERIFY, "verify", 0, NULL,
+     "after writing, compare every tensor's XXH3-128 digest with the input's"},
+    {OPT_MANIFEST, "manifest", 1, "FILE.json",
+     "write per-tensor, model and per-file XXH3-128 digests as JSON"},
+    {OPT_DELETE, "delete-inputs", 0, NULL,
+     "delete the input parts once the output is written, synced and verified"},
+    {OPT_JSON, "json", 0, NULL, "print the plan or the result as JSON on stdout"},
+    {OPT_THREADS, "threads", 1, "N", "digest threads (default: one per core)"},
+    {OPT_NO_SYNC, "no-sync", 0, NULL, "skip fsync (scratch files only)"},
+    {0, NULL, 0, NULL, NULL},
+};
+
+static const cli_spec SPEC = {
+    .tool = "gguf-merge",
+    .usage = "[--merge | --split] [OPTIONS] INPUT OUTPUT",
+    .summary =
+        "Merge a split GGUF set (any part may be named) into one file, or split a model into\n"
+        "PREFIX-NNNNN-of-MMMMM.gguf parts. The whole set is validated before a byte is written;\n"
+        "outputs are written to a temporary file, fsynced and renamed, so a failure or an\n"
+        "interrupt leaves no output and the inputs untouched.",
+    .opts = OPTS,
+    .examples =
+        "  gguf-merge --merge GLM-5-UD-Q4_K_XL-00001-of-00010.gguf GLM-5.gguf\n"
+        "  gguf-merge --merge --verify --manifest glm5.json model-00003-of-00010.gguf model.gguf\n"
+        "  gguf-merge --split --split-max-size 50G model.gguf out/model\n"
+        "  gguf-merge --split --split-max-tensors 64 --no-tensor-first-split --dry-run m.gguf m\n",
+};
+
+static volatile sig_atomic_t g_cancel;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_cancel = 1;
+}
+
+typedef struct progress_ctx {
+    cli_progress bar;
+    int phase;
+    bool started;
+} progress_ctx;
+
+static void on_progress(void *ctx, int phase, uint64_t done, uint64_t total)
+{
+    progress_ctx *pc = ctx;
+    if (!pc->started || pc->phase != phase) {
+        if (pc->started)
+            cli_progress_end(&pc->bar);
+        cli_progress_start(&pc->bar, phase == GGUF_SPLIT_PHASE_COPY ? "writing" : "verifying",
+                           total);
+        pc->phase = phase;
+        pc->started = true;
+    }
+    cli_progress_update(&pc->bar, done);
+}
+
+static void print_plan_text(const gguf_set *in, const gguf_split_plan *p, const char *input)
+{
+    char hb[32];
+    printf("%s: %s (%u part%s, %lld tensors) -> %u output%s, %llu bytes (%s)\n",
+           p->kind == GGUF_PLAN_MERGE ? "merge" : "split", input, gguf_set_part_count(in),
+           gguf_set_part_count(in) == 1 ? "" : "s", (long long)p->n_tensors, p->n_parts,
+           p->n_parts == 1 ? "" : "s", (unsigned long long)p->total_size,
+           cli_human_bytes(p->total_size, hb, sizeof hb));
+    for (uint32_t k = 0; k < p->n_parts; k++)
+        printf("  %s: %lld tensors, %llu bytes (header %llu)\n", p->parts[k].path,
+               (long long)p->parts[k].count, (unsigned long long)p->parts[k].size,
+               (unsigned long long)p->parts[k].header_size);
+}
+
+static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_split_report *r,
+                       bool dry_run)
+{
+    printf("{\"operation\": \"%s\", \"dry_run\": %s, \"inputs\": [",
+           p->kind == GGUF_PLAN_MERGE ? "merge" : "split", dry_run ? "true" : "false");
+    for (uint32_t i = 0; i < gguf_set_part_count(in); i++) {
+        printf("%s", i ? ", " : "");
+        cli_json_str(stdout, gguf_file_path(gguf_set_part(in, i)), SIZE_MAX);
+    }
+    printf("], \"tensors\": %lld, \"total_size\": %llu, \"outputs\": [", (long long)p->n_tensors,
+           (unsigned long long)p->total_size);
+    for (uint32_t k = 0; k < p->n_parts; k++) {
+        printf("%s{\"path\": ", k ? ", " : "");
+        cli_json_str(stdout, p->parts[k].path, SIZE_MAX);
+        printf(", \"tensors\": %lld, \"first\": %lld, \"size\": %llu, \"header_size\": %llu}",
+               (long long)p->parts[k].count, (long long)p->parts[k].first,
+               (unsigned long long)p->parts[k].size, (unsigned long long)p->parts[k].header_size);
+    }
+    printf("]");
+    if (r) {
+        char hex[GGUF_DIGEST_HEX];
+        printf(", \"seconds_write\": ");
+        cli_json_num(stdout, r->seconds_copy);
+        printf(", \"seconds_verify\": ");
+        cli_json_num(stdout, r->seconds_verify);
+        printf(", \"verified\": %s, \"deleted_inputs\": %u", r->verified ? "true" : "false",
+               r->n_deleted);
+        if (r->have_digests)
+            printf(", \"model_xxh3_128\": \"%s\"", gguf_digest_hex(&r->model_digest, hex));
+    }
+    printf("}\n");
+}
+
+int main(int argc, char **argv)
+{
+    bool merge = false, split = false, dry_run = false, json = false;
+    gguf_split_limits lim = {0};
+    gguf_split_job_opts jo = {0};
+    const char *manifest = NULL;
+    const char *arg;
+    int optind_ = 1, c;
+    while ((c = cli_next(&SPEC, argc, argv, &arg, &optind_)) != -1) {
+        switch (c) {
+        case OPT_MERGE: merge = true; break;
+        case OPT_SPLIT: split = true; break;
+        case OPT_MAX_TENSORS:
+            if (cli_parse_u64(arg, &lim.max_tensors) || !lim.max_tensors) {
+                cli_errorf(TOOL, "--split-max-tensors: '%s' is not a positive integer", arg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case OPT_MAX_SIZE:
+            if (cli_parse_size(arg, &lim.max_size) || !lim.max_size) {
+                cli_errorf(TOOL, "--split-max-size: '%s' is not a size (e.g. 500M, 1.5G)", arg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case OPT_NO_TENSOR_FIRST: lim.no_tensor_first_split = true; break;
+        case OPT_DRY_RUN: dry_run = true; break;
+        case 'f': jo.overwrite = true; break;
+        case OPT_VERIFY: jo.verify = true; break;
+        case OPT_MANIFEST: manifest = arg; break;
+        case OPT_DELETE: jo.delete_inputs = true; break;
+        case OPT_JSON: json = true; break;
+        case OPT_THREADS: {
+            uint64_t n;
+            if (cli_parse_u64(arg, &n) || n > 64) {
+                cli_errorf(TOOL, "--threads: '%s' is not a number from 0 to 64", arg);
+                return CLI_EXIT_USAGE;
+            }
+            jo.n_threads = (int)n;
+            break;
+        }
+        case OPT_NO_SYNC: jo.no_sync = true; break;
+        default: return CLI_EXIT_USAGE;
+        }
+    }
+    if (merge && split) {
+        cli_errorf(TOOL, "--merge and --split exclude each other");
+        return CLI_EXIT_USAGE;
+    }
+    if (argc - optind_ != 2) {
+        cli_errorf(TOOL, "expected INPUT and OUTPUT, got %d argument%s%s", argc - optind_,
+                   argc - optind_ == 1 ? "" : "s",
+                   argc - optind_ > 2 ? " (a shell glob? name any one part of the set)" : "");
+        fprintf(stderr, "Try '%s --help'.\n", TOOL);
+        return CLI_EXIT_USAGE;
+    }
+    if (merge && (lim.max_tensors || lim.max_size || lim.no_tensor_first_split)) {
+        cli_errorf(TOOL, "--split-max-tensors, --split-max-size and --no-tensor-first-split "
+                         "apply to --split only");
+        return CLI_EXIT_USAGE;
+    }
+    const char *input = argv[optind_], *output = argv[optind_ + 1];
+    jo.digests = manifest != NULL;
+
+    /* Interrupts only raise a flag: the library then removes its temporary
+     * files. SIGXFSZ ignored: RLIMIT_FSIZE then gives EFBIG, a clean "disk full". */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN);
+    jo.cancel = &g_cancel;
+
+    gguf_error err;
+    gguf_set *set = NULL;
+    gguf_split_plan *plan = NULL;
+    gguf_split_report *rep = NULL;
+    progress_ctx pc = {0};
+    int rc = gguf_set_open(&set, input, NULL, &err);
+    if (rc)
+        goto done;
+    if (merge)
+        rc = gguf_merge_plan(&plan, set, output, &err);
+    else
+        rc = gguf_split_plan_make(&plan, set, output, &lim, &err);
+    if (rc)
+        goto done;
+    if (dry_run) {
+        rc = gguf_split_check_outputs(set, plan, jo.overwrite, &err);
+        if (json)
+            print_json(set, plan, NULL, true);
+        else if (cli_verbosity > 0)
+            print_plan_text(set, plan, input);
+        goto done;
+    }
+    if (cli_verbosity > 1)
+        print_plan_text(set, plan, input);
+    jo.progress = on_progress;
+    jo.progress_ctx = &pc;
+    rc = gguf_split_execute(set, plan, &jo, &rep, &err);
+    if (pc.started)
+        cli_progress_end(&pc.bar);
+    if (rc)
+        goto done;
+    if (manifest && (rc = gguf_split_manifest_write(manifest, set, plan, rep, jo.overwrite, &err)))
+        goto done;
+    if (json) {
+        print_json(set, plan, rep, false);
+    } else if (cli_verbosity > 0) {
+        char hb[32];
+        double mbs = rep->seconds_copy > 0 ? (double)plan->total_size / rep->seconds_copy / 1e6
+                                           : 0;
+        if (merge)
+            printf("merged %u part%s (%lld tensors, %s) into %s in %.2f s (%.0f MB/s)\n",
+                   gguf_set_part_count(set), gguf_set_part_count(set) == 1 ? "" : "s",
+                   (long long)plan->n_tensors, cli_human_bytes(plan->total_size, hb, sizeof hb),
+                   output, rep->seconds_copy, mbs);
+        else
+            printf("split %s (%lld tensors, %s) into %u parts %s-00001-of-%05u.gguf ... in "
+                   "%.2f s (%.0f MB/s)\n",
+                   input, (long long)plan->n_tensors,
+                   cli_human_bytes(plan->total_size, hb, sizeof hb), plan->n_parts, output,
+                   plan->n_parts, rep->seconds_copy, mbs);
+        if (rep->verified)
+            printf("verified %lld tensors (XXH3-128) in %.2f s\n", (long long)plan->n_tensors,
+                   rep->seconds_verify);
+        if (manifest)
+            printf("manifest %s (model digest %s)\n", manifest,
+                   gguf_digest_hex(&rep->model_digest, (char[GGUF_DIGEST_HEX]){0}));
+        if (rep->n_deleted)
+            printf("deleted %u input part%s\n", rep->n_deleted, rep->n_deleted == 1 ? "" : "s");
+    }
+done:
+    if (rc)
+        cli_error(TOOL, &err);
+    gguf_split_report_free(rep);
+    gguf_split_plan_free(plan);
+    gguf_set_close(set);
+    return cli_exit_code(rc);
+}
