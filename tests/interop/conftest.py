@@ -1,0 +1,34 @@
+"""Shared fixtures for the interop tests (gguf-py is the format's reference implementation)."""
+import json
+import os
+import subprocess
+
+import pytest
+
+BIN = os.environ.get("GGUFKIT_BIN", "")
+GEN = os.environ.get("GGUFKIT_GEN", "")
+SHARED = os.environ.get("GGUFKIT_SHARED", "")
+
+
+def tool(name):
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        pytest.fail(f"{path} is not built (GGUFKIT_BIN={BIN!r})")
+    return path
+
+
+def inspect_json(path, *args):
+    out = subprocess.run([tool("gguf-inspect"), "--json", *args, path], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def shared_files(pattern_dirs=("models", "vocab", "hf/llama", "hf/deepseek_v3")):
+    if not SHARED or not os.path.isdir(SHARED):
+        return []
+    files = []
+    for d in pattern_dirs:
+        p = os.path.join(SHARED, d)
+        if os.path.isdir(p):
+            files += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".gguf"))
+    return files
