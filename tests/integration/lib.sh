@@ -1,0 +1,38 @@
+# Shared helpers for integration tests (sourced). Tests exit 0 pass, 77 skip, else fail.
+set -euo pipefail
+: "${GGUFKIT_BIN:?GGUFKIT_BIN is not set (run through ctest)}"
+GEN=${GGUFKIT_GEN:-$GGUFKIT_BUILD/testdata/gguf-gen}
+SHARED=${GGUFKIT_SHARED:-}
+T=$(mktemp -d "${TMPDIR:-/tmp}/ggufkit-it-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+passes=0
+
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+pass() { passes=$((passes + 1)); }
+skip() { echo "SKIP: $*"; exit 77; }
+need_shared() { [ -n "$SHARED" ] && [ -d "$SHARED" ] || skip "../shared/testdata is absent"; }
+
+# expect CODE CMD...: run CMD, capture stdout/stderr in $T/out $T/err, check the exit code.
+expect() {
+    local want=$1
+    shift
+    local got=0
+    "$@" >"$T/out" 2>"$T/err" || got=$?
+    if [ "$got" -ne "$want" ]; then
+        fail "exit $got (wanted $want): $*"
+        sed 's/^/    stderr: /' "$T/err" | head -5 >&2
+        return 0
+    fi
+    pass
+}
+
+# contains FILE TEXT: FILE contains the fixed string TEXT.
+contains() {
+    if grep -qF -- "$2" "$1"; then pass; else fail "'$2' not in $1: $(head -c 300 "$1")"; fi
+}
+
+finish() {
+    echo "$passes passed, $fails failed"
+    [ "$fails" -eq 0 ]
+}

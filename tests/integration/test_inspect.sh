@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# gguf-inspect over hand-made, generated and real files: output, exit codes, errors.
+source "$(dirname "$0")/lib.sh"
+I=$GGUFKIT_BIN/gguf-inspect
+C=$GGUFKIT_SRC/tests/fuzz/corpus/parser
+
+# Usage errors: exit 2 and a hint.
+expect 2 "$I"
+contains "$T/err" "expected one MODEL.gguf"
+expect 2 "$I" --no-such-option x.gguf
+contains "$T/err" "unknown option"
+expect 2 "$I" --filter '(' "$C/ok--small-llama.gguf"
+contains "$T/err" "invalid regular expression"
+expect 0 "$I" --help
+contains "$T/out" "Examples:"
+expect 0 "$I" --version
+contains "$T/out" "ggufkit"
+
+# Valid seed: text view.
+expect 0 "$I" "$C/ok--small-llama.gguf"
+contains "$T/out" "version:     3"
+contains "$T/out" "a.weight"
+contains "$T/out" "Q8_0"
+contains "$T/out" "general.architecture"
+contains "$T/out" "bits/weight:"
+expect 0 "$I" --metadata-only "$C/ok--small-llama.gguf"
+if grep -q "a.weight" "$T/out"; then fail "--metadata-only printed tensors"; else pass; fi
+expect 0 "$I" --tensors-only --filter '^b\.' "$C/ok--small-llama.gguf"
+contains "$T/out" "(1 of 2 tensors match the filter)"
+if grep -q "general.architecture" "$T/out"; then fail "--tensors-only printed metadata"; else pass; fi
+
+# Every malformed input: exit 2 (3 for environment), tool prefix, file named.
+for f in "$C"/GGUF_E_*; do
+    expect 2 "$I" "$f"
+    contains "$T/err" "gguf-inspect: error: $f"
+done
+expect 2 "$I" "$C/GGUF_E_NOT_GGUF--lfs-pointer.gguf"
+contains "$T/err" "Git LFS pointer"
+expect 2 "$I" "$C/GGUF_E_TRUNCATED--data-past-eof.gguf"
+contains "$T/err" "(offset "
+expect 2 "$I" /nonexistent/model.gguf
+contains "$T/err" "cannot open"
+
+# JSON and hashes, on a split set opened from its middle part.
+if [ -x "$GEN" ]; then
+    "$GEN" model --arch llama --type Q4_K --split-max-tensors 5 "$T/m.gguf" >/dev/null 2>&1 ||
+        fail "gguf-gen failed"
+    parts=$(ls "$T"/m-000*-of-*.gguf | wc -l)
+    [ "$parts" -gt 1 ] && pass || fail "expected a split set, got $parts parts"
+    mid=$(ls "$T"/m-00002-of-*.gguf)
+    expect 0 "$I" --json --hash "$mid"
+    python3 - "$T/out" "$parts" <<'PY' && pass || fail "JSON contract"
+import json, sys
+d = json.load(open(sys.argv[1]))
+parts = int(sys.argv[2])
+assert {"version", "alignment", "metadata", "tensors"} <= d.keys()
+assert len(d["files"]) == parts
+assert all({"name", "type", "shape", "offset", "nbytes", "file", "xxh3_128"} <= t.keys()
+           for t in d["tensors"])
+assert "split.count" in d["metadata"]
+assert len(d["model_xxh3_128"]) == 32
+PY
+    # Text --hash prints the same model digest.
+    model=$(python3 -c "import json;print(json.load(open('$T/out'))['model_xxh3_128'])")
+    expect 0 "$I" --hash "$mid"
+    contains "$T/out" "model xxh3-128: $model"
+    contains "$T/out" "split layout:"
+fi
+
+# Real files written by other tools.
+if [ -n "$SHARED" ] && [ -d "$SHARED" ]; then
+    expect 0 "$I" "$SHARED/models/stories260K.gguf"
+    contains "$T/out" "tokenizer.ggml.seperator_token_id"
+    contains "$T/out" "(512 string)"
+    expect 0 "$I" --json "$SHARED/hf/deepseek_v3/model-q8_0.gguf"
+    contains "$T/out" '"name":"blk.0.attn_k_b.weight","type":"Q8_0","shape":[64,256,4]'
+fi
+finish
