@@ -166,12 +166,14 @@ void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
         bool first = true;
         int64_t n = gguf_set_tensor_count(s);
         uint64_t total_bytes = 0, total_elems = 0;
+        int64_t matched = 0;
         for (int64_t i = 0; i < n; i++) {
             const gguf_tensor *t = gguf_set_tensor_at(s, i);
             if (!inspect_match(o, t->name))
                 continue;
             total_bytes += t->nbytes;
             total_elems += (uint64_t)t->n_elements;
+            matched++;
             if (!first)
                 fputc(',', out);
             first = false;
@@ -193,7 +195,7 @@ void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
             fputc('}', out);
         }
         fprintf(out, "],\"totals\":{\"n_tensors\":%lld,\"nbytes\":%llu,\"n_elements\":%llu",
-                (long long)n, (unsigned long long)total_bytes, (unsigned long long)total_elems);
+                (long long)matched, (unsigned long long)total_bytes, (unsigned long long)total_elems);
         fputs(",\"bits_per_weight\":", out);
         cli_json_num(out, total_elems ? 8.0 * (double)total_bytes / (double)total_elems : 0);
         fputc('}', out);
