@@ -385,6 +385,41 @@ START_TEST(digests)
 }
 END_TEST
 
+/* A sparse 6 GiB file: 64-bit offsets end to end, no disk cost. */
+START_TEST(file_over_4gib)
+{
+    tbuf b = {0};
+    int64_t ne_small[1] = {8}, ne_big[1] = {1ll << 30}; /* 4 GiB of F32 */
+    tb_header(&b, 3, 2, 0);
+    tb_tensor(&b, "big", 1, ne_big, 0, 0);
+    tb_tensor(&b, "tail", 1, ne_small, 0, (4ull << 30) + (1ull << 30));
+    tb_pad(&b, 32);
+    uint64_t data = b.n;
+    int fd = open(p("big.gguf"), O_RDWR | O_CREAT, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, b.p, b.n, 0), (ssize_t)b.n);
+    float tail[8] = {1, 2, 3, 4, 5, 6, 7, 42};
+    uint64_t tail_at = data + (5ull << 30);
+    ck_assert_int_eq(pwrite(fd, tail, sizeof tail, (off_t)tail_at), (ssize_t)sizeof tail);
+    close(fd);
+    tb_free(&b);
+    gguf_set *s;
+    gguf_error err;
+    ck_assert_int_eq(gguf_set_open(&s, p("big.gguf"), NULL, &err), 0);
+    const gguf_tensor *t = gguf_set_tensor_find(s, "tail");
+    ck_assert_int_eq(t->file_offset, tail_at);
+    float v;
+    memcpy(&v, t->data + 28, 4);
+    ck_assert(v == 42.0f);
+    ck_assert_int_eq(gguf_set_tensor_find(s, "big")->nbytes, 4ull << 30);
+    gguf_set_close(s);
+    /* Truncating the sparse file below the tail tensor is caught. */
+    ck_assert_int_eq(truncate(p("big.gguf"), (off_t)tail_at), 0);
+    ck_assert_int_eq(gguf_set_open(&s, p("big.gguf"), NULL, &err), GGUF_E_TRUNCATED);
+    ck_assert(strstr(err.message, "'tail'") != NULL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("write");
@@ -398,6 +433,7 @@ int main(void)
     tcase_add_test(tc, split_set_errors);
     tcase_add_test(tc, split_names);
     tcase_add_test(tc, digests);
+    tcase_add_test(tc, file_over_4gib);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
