@@ -1,0 +1,144 @@
+/*
+ * gguf/forward.h - the reference forward pass of a GGUF model on the CPU.
+ *
+ * A plain, readable implementation of the architectures people deploy:
+ * llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe and glm-dsa. It is the
+ * yardstick every other backend (virtual tensor parallel, CUDA, a serving
+ * engine) is compared against, so it favours being obviously right over being
+ * fast:
+ *
+ *   - activations are kept in double; with GGUF_FWD_F32 every op rounds its
+ *     result to float (f32 compute) while reductions (dot products, norms,
+ *     softmax sums) accumulate in double; GGUF_FWD_F64 never rounds;
+ *   - weights stream layer by layer from the file's mmap: a tensor is
+ *     dequantized to float right before the op that uses it and freed after,
+ *     so at most one layer's weights are resident; an MoE layer dequantizes
+ *     only the experts some token routes to;
+ *   - MLA attention is computed the plain way (kv_b expanded per head from
+ *     attn_k_b / attn_v_b, or a legacy attn_kv_b) or the absorbed way (queries
+ *     absorbed into the latent space, MQA over the compressed cache); the two
+ *     agree to rounding;
+ *   - the next-token-prediction (MTP/NextN) blocks at the end of glm4moe,
+ *     glm-dsa and deepseek2 files are skipped, as llama.cpp does.
+ *
+ * Layout conventions: activations are row-major, one row per token
+ * ([n_tokens][width]); weights are ggml matrices ne = [n_in, n_out] (row o of
+ * n_in floats gives output o). Positions start at 0 and grow with every eval.
+ *
+ * Capture points (the names records use, see gguf/record.h), per block N:
+ *   blk.N.attn_norm     attention input after its RMSNorm         [n_tok][n_embd]
+ *   blk.N.attn_out      attention output after the out projection [n_tok][n_embd]
+ *   blk.N.attn_residual residual stream after attention           [n_tok][n_embd]
+ *   blk.N.ffn_norm      FFN input after its RMSNorm               [n_tok][n_embd]
+ *   blk.N.moe_experts   chosen expert ids, as floats (MoE blocks) [n_tok][n_used]
+ *   blk.N.moe_weights   their weights, normalised and scaled      [n_tok][n_used]
+ *   blk.N.ffn_out       FFN or MoE output (shared experts added)  [n_tok][n_embd]
+ *   blk.N.residual      residual stream after the block           [n_tok][n_embd]
+ *   output_norm         final RMSNorm output                      [n_tok][n_embd]
+ *   logits              output projection                         [n_tok][n_vocab]
+ * The library never prints and keeps no global state; contexts are not
+ * thread-safe, distinct contexts are.
+ */
+#ifndef GGUF_FORWARD_H
+#define GGUF_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/error.h"
+#include "gguf/file.h"
+#include "gguf/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- captures ---- */
+
+typedef struct gguf_fwd_capture {
+    const char *name;   /* "blk.3.attn_out", "logits" */
+    int layer;          /* block index, -1 for result_norm and logits */
+    const char *op;     /* "attn_out" (name without "blk.N.") */
+    int rank;           /* -1 for the whole model; a rank under virtual TP */
+    const float *data;  /* ne[1] rows of ne[0] floats, borrowed for the call */
+    int64_t ne[2];      /* ne[0] = width, ne[1] = tokens of this eval */
+    int64_t pos0;       /* position of the first row */
+} gguf_fwd_capture;
+
+/* Called at every capture point; a non-zero return stops the eval with that
+ * code (a negative gguf_status; other values become GGUF_E_INTERRUPTED). */
+typedef int (*gguf_fwd_capture_fn)(void *user, const gguf_fwd_capture *cap);
+
+/* ---- evaluation ---- */
+
+enum { GGUF_FWD_F32 = 0, GGUF_FWD_F64 = 1 };
+enum { GGUF_FWD_MLA_PLAIN = 0, GGUF_FWD_MLA_ABSORBED = 1 };
+
+typedef struct gguf_fwd_opts {
+    int precision;        /* GGUF_FWD_F32 (default) or GGUF_FWD_F64 */
+    int mla_mode;         /* GGUF_FWD_MLA_PLAIN (default) or _ABSORBED */
+    int n_threads;        /* matmul threads; 0 or 1 = the calling thread */
+    bool dense_indexer;   /* glm-dsa: attend to every key, ignore the indexer */
+    int64_t idx_top_k;    /* glm-dsa: override the indexer top-k (0 = metadata) */
+    gguf_fwd_capture_fn capture; /* optional */
+    void *capture_user;
+} gguf_fwd_opts;
+
+typedef struct gguf_fwd_ctx gguf_fwd_ctx;
+
+/* Statistics of a context, summed over its evals. */
+typedef struct gguf_fwd_stats {
+    uint64_t weight_bytes;      /* bytes of quantized weights read (dequantized) */
+    uint64_t dequant_floats;    /* floats produced by dequantization */
+    uint64_t peak_weight_bytes; /* most dequantized weight bytes resident at once */
+    uint64_t experts_loaded;    /* (layer, expert) pairs dequantized */
+    double seconds;             /* wall time inside gguf_fwd_eval */
+} gguf_fwd_stats;
+
+/*
+ * A context: KV cache and scratch for one sequence. opts may be NULL.
+ * @return 0; GGUF_E_INVALID for bad options; GGUF_E_NOMEM.
+ */
+int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_opts *opts,
+                        gguf_error *err);
+void gguf_fwd_ctx_free(gguf_fwd_ctx *ctx);
+
+/*
+ * Run n tokens at positions n_past .. n_past+n-1 (appending them to the KV
+ * cache). logits, when not NULL, receives n rows of n_vocab floats.
+ * @return 0; GGUF_E_INVALID for a token id outside the vocabulary or n < 1;
+ *         GGUF_E_BAD_TYPE when a weight's type cannot be dequantized;
+ *         GGUF_E_NOMEM; the capture callback's code.
+ */
+int gguf_fwd_eval(gguf_fwd_ctx *ctx, const int32_t *tokens, int64_t n, float *logits,
+                  gguf_error *err);
+
+/* Tokens evaluated so far. */
+int64_t gguf_fwd_ctx_n_past(const gguf_fwd_ctx *ctx);
+void gguf_fwd_ctx_stats(const gguf_fwd_ctx *ctx, gguf_fwd_stats *out);
+
+/* Index of the largest value of a row (the first one on ties). */
+int64_t gguf_fwd_argmax(const float *row, int64_t n);
+
+/* ---- vocabulary ---- */
+
+/*
+ * Write the text of token `id` of tokenizer.ggml.tokens in meta into buf
+ * (size bytes, always NUL-terminated, truncated when too small). With
+ * tokenizer.ggml.model "llama" (SentencePiece) U+2581 becomes a space and
+ * <0xNN> becomes that byte; with "gpt2" the byte-level symbols become their
+ * bytes. Control tokens (token_type 3) give "".
+ * @return bytes written (excluding the NUL), or a negative gguf_status:
+ *         GGUF_E_NOT_FOUND without a vocabulary, GGUF_E_INVALID for an id out
+ *         of range.
+ */
+int gguf_fwd_token_text(const gguf_file *meta, int32_t id, char *buf, size_t size);
+/* tokenizer.ggml.bos_token_id / eos_token_id, or -1 when absent. */
+int32_t gguf_fwd_token_bos(const gguf_file *meta);
+int32_t gguf_fwd_token_eos(const gguf_file *meta);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GGUF_FORWARD_H */

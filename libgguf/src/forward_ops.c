@@ -1,0 +1,360 @@
+/* The ops of the reference forward pass. Activations are double; in f32
+ * mode every op rounds what it writes to float, so a chain of ops computes
+ * what an f32 implementation computes, except that every reduction (dot
+ * products, norms, softmax sums) is accumulated in double. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward_internal.h"
+
+void fw_round(double *x, int64_t n, int prec)
+{
+    if (prec != GGUF_FWD_F32)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (double)(float)x[i];
+}
+
+static double rnd(double v, int prec)
+{
+    return prec == GGUF_FWD_F32 ? (double)(float)v : v;
+}
+
+double fw_dot(const double *a, const double *b, int64_t n)
+{
+    /* Four partial sums in a fixed order: deterministic, and not one long
+     * dependency chain. */
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+static double dot_fd(const float *w, const double *x, int64_t n)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)w[i] * x[i];
+        s1 += (double)w[i + 1] * x[i + 1];
+        s2 += (double)w[i + 2] * x[i + 2];
+        s3 += (double)w[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += (double)w[i] * x[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+void fw_rmsnorm(double *y, const double *x, const float *w, int64_t n, double eps, int prec)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const double scale = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++) {
+        /* f32 mode: the normalised value is a float before the weight
+         * multiplies it, as in ggml (norm, then mul). */
+        double v = rnd(x[i] * scale, prec);
+        y[i] = w ? rnd(v * (double)w[i], prec) : v;
+    }
+}
+
+void fw_layernorm(double *y, const double *x, const float *w, const float *b, int64_t n,
+                  double eps, int prec)
+{
+    double mean = 0;
+    for (int64_t i = 0; i < n; i++)
+        mean += x[i];
+    mean /= (double)n;
+    double var = 0;
+    for (int64_t i = 0; i < n; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    const double scale = 1.0 / sqrt(var / (double)n + eps);
+    for (int64_t i = 0; i < n; i++) {
+        double v = rnd((x[i] - mean) * scale, prec);
+        if (w)
+            v = rnd(v * (double)w[i], prec);
+        if (b)
+            v = rnd(v + (double)b[i], prec);
+        y[i] = v;
+    }
+}
+
+/* ---- matmul over threads ---- */
+
+typedef struct mm_job {
+    double *y;
+    int64_t ys;
+    const double *x;
+    int64_t xs;
+    const float *W;
+    const float *bias;
+    int64_t n_in, n_tok;
+    int prec;
+} mm_job;
+
+static void mm_range(void *arg, int64_t o0, int64_t o1)
+{
+    const mm_job *j = arg;
+    for (int64_t o = o0; o < o1; o++) {
+        const float *w = j->W + o * j->n_in;
+        const double b = j->bias ? (double)j->bias[o] : 0.0;
+        for (int64_t t = 0; t < j->n_tok; t++) {
+            double s = dot_fd(w, j->x + t * j->xs, j->n_in);
+            if (j->bias)
+                s = rnd(s, j->prec) + b; /* ggml adds the bias as its own op */
+            j->y[t * j->ys + o] = rnd(s, j->prec);
+        }
+    }
+}
+
+void fw_matmul(double *y, int64_t y_stride, const double *x, int64_t x_stride, const float *W,
+               const float *bias, int64_t n_in, int64_t n_out, int64_t n_tok, int n_threads,
+               int prec)
+{
+    mm_job j = {y, y_stride ? y_stride : n_out, x, x_stride ? x_stride : n_in, W, bias,
+                n_in, n_tok, prec};
+    /* Threads only pay off on real work. */
+    if ((double)n_in * (double)n_out * (double)n_tok < 262144.0)
+        n_threads = 1;
+    fw_parallel(n_threads, n_out, mm_range, &j);
+}
+
+typedef struct par_slot {
+    fw_range_fn fn;
+    void *arg;
+    int64_t b, e;
+} par_slot;
+
+static void *par_main(void *p)
+{
+    par_slot *s = p;
+    s->fn(s->arg, s->b, s->e);
+    return NULL;
+}
+
+void fw_parallel(int n_threads, int64_t n, fw_range_fn fn, void *arg)
+{
+    if (n_threads > 64)
+        n_threads = 64;
+    if (n_threads <= 1 || n < 2) {
+        fn(arg, 0, n);
+        return;
+    }
+    if (n < n_threads)
+        n_threads = (int)n;
+    pthread_t th[64];
+    par_slot slot[64];
+    bool started[64] = {false};
+    for (int i = 0; i < n_threads; i++) {
+        slot[i] = (par_slot){fn, arg, n * i / n_threads, n * (i + 1) / n_threads};
+        if (i > 0)
+            started[i] = pthread_create(&th[i], NULL, par_main, &slot[i]) == 0;
+    }
+    fn(arg, slot[0].b, slot[0].e);
+    for (int i = 1; i < n_threads; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            fn(arg, slot[i].b, slot[i].e); /* could not start: do it here */
+    }
+}
+
+/* ---- element-wise ---- */
+
+void fw_softmax(double *x, int64_t n, int prec)
+{
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    if (mx == -INFINITY) { /* everything masked: no weight anywhere */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = 0;
+        return;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = rnd(exp(x[i] - mx), prec);
+        sum += x[i];
+    }
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd(x[i] / sum, prec);
+}
+
+double fw_silu(double x)
+{
+    return x / (1.0 + exp(-x));
+}
+
+double fw_sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+void fw_swiglu(double *out, const double *gate, const double *up, int64_t n, int prec)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = rnd(rnd(fw_silu(gate[i]), prec) * up[i], prec);
+}
+
+/* ---- RoPE ---- */
+
+void fw_rope_init(fw_rope *r, int type, int64_t n_rot, double base)
+{
+    *r = (fw_rope){type, n_rot, base, 1.0, 0.0, 0.0, 0.0, 1.0};
+}
+
+/* The pair index at which a rotation of wavelength beta completes n_rot / 2
+ * turns over the original context (YaRN's correction dimension). */
+static double yarn_corr_dim(int64_t n_rot, int64_t orig_ctx, double beta, double base)
+{
+    return (double)n_rot * log((double)orig_ctx / (beta * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+void fw_rope_init_yarn(fw_rope *r, int type, int64_t n_rot, double base, double factor,
+                       int64_t orig_ctx, double beta_fast, double beta_slow, double mscale)
+{
+    fw_rope_init(r, type, n_rot, base);
+    r->freq_scale = 1.0 / factor;
+    r->ext_factor = 1.0;
+    double lo = floor(yarn_corr_dim(n_rot, orig_ctx, beta_fast, base));
+    double hi = ceil(yarn_corr_dim(n_rot, orig_ctx, beta_slow, base));
+    r->corr_lo = lo < 0 ? 0 : lo;
+    r->corr_hi = hi > (double)(n_rot - 1) ? (double)(n_rot - 1) : hi;
+    r->mscale = mscale;
+}
+
+void fw_rope_apply(const fw_rope *r, double *x, int64_t pos, int prec)
+{
+    const int64_t half = r->n_rot / 2;
+    for (int64_t k = 0; k < half; k++) {
+        const double theta_extrap = (double)pos * pow(r->base, -2.0 * (double)k / (double)r->n_rot);
+        double theta = theta_extrap * r->freq_scale;
+        if (r->ext_factor != 0.0) {
+            /* Low pair indices (fast rotations) keep their original
+             * frequency, high ones are interpolated, a linear ramp between. */
+            double y = ((double)k - r->corr_lo) / fmax(0.001, r->corr_hi - r->corr_lo);
+            double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * r->ext_factor;
+            theta = theta * (1.0 - ramp) + theta_extrap * ramp;
+        }
+        const double c = cos(theta) * r->mscale, s = sin(theta) * r->mscale;
+        const int64_t i0 = r->type == GGUF_ROPE_HALF ? k : 2 * k;
+        const int64_t i1 = r->type == GGUF_ROPE_HALF ? k + half : 2 * k + 1;
+        const double a = x[i0], b = x[i1];
+        x[i0] = rnd(a * c - b * s, prec);
+        x[i1] = rnd(a * s + b * c, prec);
+    }
+}
+
+/* ---- attention ---- */
+
+void fw_attn_head(double *out, const double *q, const double *K, int64_t k_stride,
+                  const double *V, int64_t v_stride, int64_t n_keys, const uint8_t *keep,
+                  int64_t dk, int64_t dv, double scale, double *scratch, int prec)
+{
+    for (int64_t j = 0; j < n_keys; j++)
+        scratch[j] = keep && !keep[j] ? -INFINITY : rnd(fw_dot(q, K + j * k_stride, dk) * scale, prec);
+    fw_softmax(scratch, n_keys, prec);
+    for (int64_t d = 0; d < dv; d++)
+        out[d] = 0;
+    for (int64_t j = 0; j < n_keys; j++) {
+        const double p = scratch[j];
+        if (p == 0)
+            continue;
+        const double *v = V + j * v_stride;
+        for (int64_t d = 0; d < dv; d++)
+            out[d] += p * v[d];
+    }
+    fw_round(out, dv, prec);
+}
+
+/* ---- MoE routing ---- */
+
+int64_t fw_topk(const double *scores, const uint8_t *keep, int64_t n, int64_t k, int64_t *idx)
+{
+    int64_t got = 0;
+    for (; got < k; got++) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < n; i++) {
+            if (keep && !keep[i])
+                continue;
+            bool taken = false;
+            for (int64_t j = 0; j < got && !taken; j++)
+                taken = idx[j] == i;
+            if (taken)
+                continue;
+            if (best < 0 || scores[i] > scores[best])
+                best = i;
+        }
+        if (best < 0)
+            break;
+        idx[got] = best;
+    }
+    return got;
+}
+
+void fw_moe_route(const fw_moe_cfg *cfg, const double *logits, const float *bias,
+                  int64_t *ids, double *weights, double *scratch, int prec)
+{
+    const int64_t ne = cfg->n_expert;
+    double *probs = scratch, *sel = scratch + ne, *gscore = scratch + 2 * ne;
+    for (int64_t e = 0; e < ne; e++)
+        probs[e] = logits[e];
+    if (cfg->gating == GGUF_GATING_SIGMOID) {
+        for (int64_t e = 0; e < ne; e++)
+            probs[e] = rnd(fw_sigmoid(probs[e]), prec);
+    } else {
+        fw_softmax(probs, ne, prec);
+    }
+    for (int64_t e = 0; e < ne; e++)
+        sel[e] = bias ? rnd(probs[e] + (double)bias[e], prec) : probs[e];
+
+    uint8_t keep_buf[1024];
+    uint8_t *keep = NULL;
+    if (cfg->n_group > 1 && cfg->n_group_used < cfg->n_group && ne <= 1024) {
+        /* Group-limited selection: a group's score is the sum of its two
+         * best members; experts outside the best groups cannot be chosen. */
+        const int64_t per = ne / cfg->n_group;
+        const int64_t top = per < 2 ? per : 2;
+        for (int64_t g = 0; g < cfg->n_group; g++) {
+            int64_t best[2];
+            int64_t got = fw_topk(sel + g * per, NULL, per, top, best);
+            double s = 0;
+            for (int64_t i = 0; i < got; i++)
+                s += sel[g * per + best[i]];
+            gscore[g] = rnd(s, prec);
+        }
+        int64_t gids[1024];
+        int64_t ng = fw_topk(gscore, NULL, cfg->n_group, cfg->n_group_used, gids);
+        keep = keep_buf;
+        memset(keep, 0, (size_t)ne);
+        for (int64_t i = 0; i < ng; i++)
+            memset(keep + gids[i] * per, 1, (size_t)per);
+    }
+    int64_t got = fw_topk(sel, keep, ne, cfg->n_used, ids);
+    for (int64_t i = got; i < cfg->n_used; i++)
+        ids[i] = -1;
+    double sum = 0;
+    for (int64_t i = 0; i < got; i++) {
+        weights[i] = probs[ids[i]];
+        sum += weights[i];
+    }
+    for (int64_t i = 0; i < got; i++) {
+        if (cfg->norm)
+            weights[i] = rnd(weights[i] / (sum > 6.103515625e-5 ? sum : 6.103515625e-5), prec);
+        if (cfg->scale != 1.0 && cfg->scale != 0.0)
+            weights[i] = rnd(weights[i] * cfg->scale, prec);
+    }
+    for (int64_t i = got; i < cfg->n_used; i++)
+        weights[i] = 0;
+}
