@@ -236,7 +236,9 @@ static void remove_outputs(const gguf_split_plan *p, uint32_t n)
 /* ---------------------------------------------------------------- digests */
 
 typedef struct djob {
-    const uint8_t *data;
+    int fd;              /* read with pread, holes hashed as zeros without reading */
+    uint64_t off;
+    const uint8_t *data; /* used when fd < 0 (files opened from memory) */
     uint64_t n;
     gguf_digest *out;
 } djob;
@@ -247,35 +249,86 @@ typedef struct dpool {
     atomic_llong next;
     atomic_ullong done;
     atomic_int running;
-    atomic_int nomem;
+    atomic_int failed; /* errno of a failed read, or -1 for out of memory */
     volatile sig_atomic_t *cancel;
 } dpool;
+
+/* Hash [off, off+n) of fd: data extents through a buffer, holes as zeros. */
+static int hash_fd(dpool *dp, gguf_hasher *h, uint8_t *buf, const uint8_t *zeros, int fd,
+                   uint64_t off, uint64_t n)
+{
+    uint64_t end = off + n;
+    while (off < end) {
+        if (dp->cancel && *dp->cancel)
+            return 0;
+        off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+        uint64_t data = d < 0 ? (errno == ENXIO ? end : off) : (uint64_t)d;
+        if (data > end)
+            data = end;
+        while (off < data) { /* a hole */
+            uint64_t k = data - off < HASH_STEP ? data - off : HASH_STEP;
+            gguf_hasher_update(h, zeros, (size_t)k);
+            atomic_fetch_add(&dp->done, k);
+            off += k;
+        }
+        if (off >= end)
+            break;
+        off_t e = lseek(fd, (off_t)off, SEEK_HOLE);
+        uint64_t stop = (e < 0 || (uint64_t)e > end) ? end : (uint64_t)e;
+        if (stop <= off)
+            stop = end;
+        while (off < stop) {
+            if (dp->cancel && *dp->cancel)
+                return 0;
+            uint64_t k = stop - off < HASH_STEP ? stop - off : HASH_STEP;
+            ssize_t r = pread(fd, buf, (size_t)k, (off_t)off);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                return r < 0 ? errno : EIO;
+            gguf_hasher_update(h, buf, (size_t)r);
+            atomic_fetch_add(&dp->done, (uint64_t)r);
+            off += (uint64_t)r;
+        }
+    }
+    return 0;
+}
 
 static void *dworker(void *arg)
 {
     dpool *dp = arg;
     gguf_hasher *h = NULL;
-    if (gguf_hasher_new(&h) != GGUF_OK) {
-        atomic_store(&dp->nomem, 1);
-        atomic_fetch_sub(&dp->running, 1);
-        return NULL;
+    uint8_t *buf = malloc(HASH_STEP);
+    uint8_t *zeros = calloc(1, HASH_STEP);
+    if (!buf || !zeros || gguf_hasher_new(&h) != GGUF_OK) {
+        atomic_store(&dp->failed, -1);
+        goto out;
     }
     for (;;) {
         long long i = atomic_fetch_add(&dp->next, 1);
-        if (i >= dp->n_jobs || (dp->cancel && *dp->cancel))
+        if (i >= dp->n_jobs || (dp->cancel && *dp->cancel) || atomic_load(&dp->failed))
             break;
         const djob *j = &dp->jobs[i];
         gguf_hasher_reset(h);
-        for (uint64_t off = 0; off < j->n; off += HASH_STEP) {
-            if (dp->cancel && *dp->cancel)
+        if (j->fd >= 0) {
+            int e = hash_fd(dp, h, buf, zeros, j->fd, j->off, j->n);
+            if (e) {
+                atomic_store(&dp->failed, e);
                 break;
-            uint64_t k = j->n - off < HASH_STEP ? j->n - off : HASH_STEP;
-            gguf_hasher_update(h, j->data + off, (size_t)k);
-            atomic_fetch_add(&dp->done, k);
+            }
+        } else {
+            for (uint64_t off = 0; off < j->n; off += HASH_STEP) {
+                uint64_t k = j->n - off < HASH_STEP ? j->n - off : HASH_STEP;
+                gguf_hasher_update(h, j->data + off, (size_t)k);
+                atomic_fetch_add(&dp->done, k);
+            }
         }
         gguf_hasher_final(h, j->out);
     }
+out:
     gguf_hasher_free(h);
+    free(buf);
+    free(zeros);
     atomic_fetch_sub(&dp->running, 1);
     return NULL;
 }
@@ -297,7 +350,7 @@ static int digest_jobs(djob *jobs, int64_t n, const gguf_split_job_opts *o, gguf
     atomic_init(&dp.next, 0);
     atomic_init(&dp.done, 0);
     atomic_init(&dp.running, nt);
-    atomic_init(&dp.nomem, 0);
+    atomic_init(&dp.failed, 0);
     pthread_t th[64];
     int started = 0;
     for (int i = 0; i < nt; i++) {
@@ -324,8 +377,11 @@ static int digest_jobs(djob *jobs, int64_t n, const gguf_split_job_opts *o, gguf
     if (cancelled(o))
         return gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET,
                          "interrupted while computing digests");
-    if (atomic_load(&dp.nomem))
+    int f = atomic_load(&dp.failed);
+    if (f < 0)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+    if (f > 0)
+        return gguf_fail_errno(err, GGUF_E_IO, f, "read failed while computing digests");
     return GGUF_OK;
 }
 
@@ -384,13 +440,15 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
                 goto done;
             }
             ts[part->first + j] = a;
-            jobs[nj++] = (djob){a->data, a->nbytes, &r->tensor_digests[part->first + j]};
+            jobs[nj++] = (djob){gguf_file_fd(gguf_set_part(in, a->part)), a->file_offset, a->data,
+                                a->nbytes, &r->tensor_digests[part->first + j]};
             if (verify)
-                jobs[nj++] = (djob){b->data, b->nbytes, &out_d[part->first + j]};
+                jobs[nj++] = (djob){gguf_file_fd(outs[k]), b->file_offset, b->data, b->nbytes,
+                                    &out_d[part->first + j]};
         }
         if (o->digests)
-            jobs[nj++] = (djob){gguf_file_bytes(outs[k]), gguf_file_size(outs[k]),
-                                &r->file_digests[k]};
+            jobs[nj++] = (djob){gguf_file_fd(outs[k]), 0, gguf_file_bytes(outs[k]),
+                                gguf_file_size(outs[k]), &r->file_digests[k]};
     }
     double t0 = now_s();
     if ((rc = digest_jobs(jobs, nj, o, err)))

@@ -1,0 +1,425 @@
+/* Merge and split plans and their execution (gguf/split.h). */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf/file.h"
+#include "gguf/hash.h"
+#include "gguf/split.h"
+#include "gguf/write.h"
+#include "helper_buf.h"
+
+static char *dir;
+static char pbuf[4][4096];
+static int pslot;
+
+static void setup(void) { dir = th_mkdtemp(); }
+static void teardown(void)
+{
+    th_rmdir(dir);
+    free(dir);
+}
+
+/* Path of NAME in the test folder (a few may be live at once). */
+static const char *p(const char *name)
+{
+    char *b = pbuf[pslot++ % 4];
+    snprintf(b, 4096, "%s/%s", dir, name);
+    return b;
+}
+
+static int count_files(void)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    if (fscanf(f, "%d", &n) != 1)
+        n = -1;
+    pclose(f);
+    return n;
+}
+
+static const gguf_split_job_opts fast = {.no_sync = true, .n_threads = 2};
+
+/* A model of n tensors of assorted types and sizes; tensor i is F32 [32*(i%5+1), 3]
+ * or Q8_0 / Q4_K, filled with a pattern of i. */
+static void make_model(const char *path, int n, uint32_t align)
+{
+    gguf_writer *w;
+    gguf_error err;
+    gguf_writer_opts o = {.no_sync = true, .alignment = align};
+    ck_assert_int_eq(gguf_writer_create(&w, path, &o, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_str(w, "general.architecture", "llama", &err), 0);
+    if (align)
+        ck_assert_int_eq(gguf_writer_add_u32(w, GGUF_KEY_ALIGNMENT, align, &err), 0);
+    const char *strs[] = {"a", "bc", ""};
+    ck_assert_int_eq(gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", strs, 3, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_f32(w, "test.f32", 0.25f, &err), 0);
+    static const uint32_t types[] = {GGUF_TYPE_F32, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K,
+                                     GGUF_TYPE_F16};
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.weight", i);
+        uint32_t t = types[i % 4];
+        int64_t ne[2] = {t == GGUF_TYPE_Q4_K ? 256 : 32 * (i % 5 + 1), 3};
+        ck_assert_int_eq(gguf_writer_add_tensor(w, name, t, 2, ne, &err), 0);
+    }
+    ck_assert_int_eq(gguf_writer_write_header(w, &err), 0);
+    for (int i = 0; i < n; i++) {
+        uint32_t t = types[i % 4];
+        uint64_t row;
+        ck_assert_int_eq(gguf_type_row_bytes(t, t == GGUF_TYPE_Q4_K ? 256 : 32 * (i % 5 + 1), &row),
+                         0);
+        uint8_t *buf = malloc(row * 3);
+        for (uint64_t k = 0; k < row * 3; k++)
+            buf[k] = (uint8_t)(i * 31 + k);
+        ck_assert_int_eq(gguf_writer_write(w, buf, row * 3, &err), 0);
+        free(buf);
+    }
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+}
+
+static gguf_set *open_set(const char *path)
+{
+    gguf_set *s;
+    gguf_error err;
+    int rc = gguf_set_open(&s, path, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    return s;
+}
+
+static uint64_t file_size(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
+static bool same_bytes(const char *a, const char *b)
+{
+    char cmd[8300];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+START_TEST(kv_bytes)
+{
+    gguf_value v = {.type = GGUF_VALUE_UINT16};
+    ck_assert_uint_eq(gguf_split_kv_bytes("split.no", &v), 8 + 8 + 4 + 2);
+    v.type = GGUF_VALUE_STRING;
+    v.v.str.data = "abc";
+    v.v.str.len = 3;
+    ck_assert_uint_eq(gguf_split_kv_bytes("k", &v), 8 + 1 + 4 + 8 + 3);
+    gguf_str s[2] = {{"x", 1}, {"yz", 2}};
+    v.type = GGUF_VALUE_ARRAY;
+    v.v.arr.type = GGUF_VALUE_STRING;
+    v.v.arr.n = 2;
+    v.v.arr.strs = s;
+    ck_assert_uint_eq(gguf_split_kv_bytes("k", &v), 8 + 1 + 4 + 4 + 8 + (8 + 1) + (8 + 2));
+    v.type = 99;
+    ck_assert_uint_eq(gguf_split_kv_bytes("k", &v), 0);
+    ck_assert(gguf_split_is_split_key("split.count"));
+    ck_assert(gguf_split_is_split_key("split.anything"));
+    ck_assert(!gguf_split_is_split_key("splitter"));
+    ck_assert(!gguf_split_is_split_key("general.split"));
+}
+END_TEST
+
+/* Split by tensors, then merge: byte-identical to the original. */
+START_TEST(split_merge_round_trip)
+{
+    make_model(p("m.gguf"), 37, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_split_limits lim = {.max_tensors = 10};
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("s"), &lim, &err), 0);
+    ck_assert_uint_eq(plan->n_parts, 4);
+    ck_assert_int_eq(plan->parts[3].count, 7);
+    gguf_split_report *r;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &fast, &r, &err), 0);
+    ck_assert_uint_eq(r->n_outputs, 4);
+    for (uint32_t k = 0; k < plan->n_parts; k++)
+        ck_assert_uint_eq(file_size(plan->parts[k].path), plan->parts[k].size);
+    gguf_split_report_free(r);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+
+    /* The parts carry split keys with llama.cpp's types. */
+    gguf_file *f;
+    ck_assert_int_eq(gguf_file_open(&f, p("s-00002-of-00004.gguf"), NULL, &err), 0);
+    ck_assert_uint_eq(gguf_file_kv_find(f, "split.no")->value.type, GGUF_VALUE_UINT16);
+    ck_assert_uint_eq(gguf_file_kv_find(f, "split.no")->value.v.u16, 1);
+    ck_assert_uint_eq(gguf_file_kv_find(f, "split.count")->value.type, GGUF_VALUE_UINT16);
+    ck_assert_uint_eq(gguf_file_kv_find(f, "split.count")->value.v.u16, 4);
+    ck_assert_uint_eq(gguf_file_kv_find(f, "split.tensors.count")->value.type, GGUF_VALUE_INT32);
+    ck_assert_int_eq(gguf_file_kv_find(f, "split.tensors.count")->value.v.i32, 37);
+    ck_assert_ptr_null(gguf_file_kv_find(f, "general.architecture"));
+    gguf_file_close(f);
+
+    in = open_set(p("s-00003-of-00004.gguf"));
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("merged.gguf"), &err), 0);
+    gguf_split_job_opts o = fast;
+    o.verify = true;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, &r, &err), 0);
+    ck_assert(r->verified);
+    gguf_split_report_free(r);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+    ck_assert(same_bytes(p("m.gguf"), p("merged.gguf")));
+    ck_assert_int_eq(gguf_file_open(&f, p("merged.gguf"), NULL, &err), 0);
+    for (int64_t i = 0; i < gguf_file_kv_count(f); i++)
+        ck_assert(!gguf_split_is_split_key(gguf_file_kv_at(f, i)->key));
+    gguf_file_close(f);
+}
+END_TEST
+
+/* Size limits are hard: every part file is at most the limit, and exactly as planned. */
+START_TEST(split_by_size_is_hard_limit)
+{
+    make_model(p("m.gguf"), 40, 64);
+    gguf_set *in = open_set(p("m.gguf"));
+    uint64_t limits[] = {100, 2200, 2600, 3000, 5000, 100000};
+    for (size_t li = 0; li < sizeof limits / sizeof limits[0]; li++) {
+        gguf_split_plan *plan;
+        gguf_error err;
+        gguf_split_limits lim = {.max_size = limits[li], .no_tensor_first_split = li % 2};
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "z%zu", li);
+        int rc = gguf_split_plan_make(&plan, in, p(prefix), &lim, &err);
+        if (limits[li] == 100) {
+            /* part 1's metadata alone is bigger */
+            ck_assert_int_eq(rc, GGUF_E_LIMIT);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s", err.message);
+        if (lim.no_tensor_first_split)
+            ck_assert_int_eq(plan->parts[0].count, 0);
+        int64_t total = 0;
+        for (uint32_t k = 0; k < plan->n_parts; k++) {
+            ck_assert_uint_le(plan->parts[k].size, limits[li]);
+            ck_assert_int_eq(plan->parts[k].first, total);
+            total += plan->parts[k].count;
+        }
+        ck_assert_int_eq(total, 40);
+        gguf_split_report *r;
+        ck_assert_int_eq(gguf_split_execute(in, plan, &fast, &r, &err), 0);
+        for (uint32_t k = 0; k < plan->n_parts; k++)
+            ck_assert_uint_eq(file_size(plan->parts[k].path), plan->parts[k].size);
+        gguf_split_report_free(r);
+        /* the parts open as a set with the same model digest */
+        gguf_set *back = open_set(plan->parts[0].path);
+        gguf_digest a, b;
+        ck_assert_int_eq(gguf_digest_set(in, NULL, &a, 1, NULL, &err), 0);
+        ck_assert_int_eq(gguf_digest_set(back, NULL, &b, 1, NULL, &err), 0);
+        ck_assert(gguf_digest_equal(&a, &b));
+        ck_assert_uint_eq(gguf_file_alignment(gguf_set_part(back, plan->n_parts - 1)), 64);
+        gguf_set_close(back);
+        gguf_split_plan_free(plan);
+    }
+    gguf_set_close(in);
+}
+END_TEST
+
+START_TEST(split_tensor_too_big)
+{
+    make_model(p("m.gguf"), 5, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_split_limits lim = {.max_size = 700, .no_tensor_first_split = true};
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("x"), &lim, &err), GGUF_E_LIMIT);
+    ck_assert_msg(strstr(err.message, "does not fit") != NULL, "%s", err.message);
+    ck_assert_ptr_null(plan);
+    /* default: 128 tensors a part */
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("x"), NULL, &err), 0);
+    ck_assert_uint_eq(plan->n_parts, 1);
+    ck_assert_int_eq(plan->parts[0].count, 5);
+    ck_assert_str_eq(plan->parts[0].path, p("x-00001-of-00001.gguf"));
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+}
+END_TEST
+
+START_TEST(outputs_checked)
+{
+    make_model(p("m.gguf"), 3, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    /* the output exists */
+    th_write_file(p("out.gguf"), "x", 1);
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("out.gguf"), &err), 0);
+    ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), GGUF_E_EXISTS);
+    gguf_split_job_opts o = fast;
+    o.overwrite = true;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, NULL, &err), 0);
+    gguf_split_plan_free(plan);
+    /* a hard link to the input: refused even with overwrite */
+    ck_assert_int_eq(link(p("m.gguf"), p("hard.gguf")), 0);
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("hard.gguf"), &err), 0);
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, NULL, &err), GGUF_E_EXISTS);
+    ck_assert_msg(strstr(err.message, "is the input part 1") != NULL, "%s", err.message);
+    gguf_split_plan_free(plan);
+    /* another spelling of the input */
+    char spelled[4200];
+    snprintf(spelled, sizeof spelled, "%s/./m.gguf", dir);
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, spelled, &err), 0);
+    ck_assert_int_eq(gguf_split_check_outputs(in, plan, true, &err), GGUF_E_EXISTS);
+    gguf_split_plan_free(plan);
+    /* a missing folder */
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("nope/out.gguf"), &err), 0);
+    ck_assert_int_eq(gguf_split_check_outputs(in, plan, false, &err), GGUF_E_NOT_FOUND);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+    ck_assert_int_eq(count_files(), 3); /* m, out, hard */
+}
+END_TEST
+
+START_TEST(cancel_removes_everything)
+{
+    make_model(p("m.gguf"), 20, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_split_limits lim = {.max_tensors = 5};
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("c"), &lim, &err), 0);
+    volatile sig_atomic_t cancel = 1;
+    gguf_split_job_opts o = fast;
+    o.cancel = &cancel;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, NULL, &err), GGUF_E_INTERRUPTED);
+    ck_assert_int_eq(count_files(), 1);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+}
+END_TEST
+
+/* Progress calls from a callback that cancels mid-way: earlier parts are removed too. */
+static void cancel_after_first(void *ctx, int phase, uint64_t done, uint64_t total)
+{
+    (void)phase;
+    (void)total;
+    if (done > 0)
+        *(volatile sig_atomic_t *)ctx = 1;
+}
+
+START_TEST(cancel_mid_split)
+{
+    make_model(p("m.gguf"), 20, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_split_limits lim = {.max_tensors = 1};
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("c"), &lim, &err), 0);
+    volatile sig_atomic_t cancel = 0;
+    gguf_split_job_opts o = fast;
+    o.cancel = &cancel;
+    o.progress = cancel_after_first;
+    o.progress_ctx = (void *)&cancel;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, NULL, &err), GGUF_E_INTERRUPTED);
+    ck_assert_int_eq(count_files(), 1);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+}
+END_TEST
+
+START_TEST(delete_inputs_and_manifest)
+{
+    make_model(p("m.gguf"), 12, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_split_limits lim = {.max_tensors = 5};
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("d"), &lim, &err), 0);
+    ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+
+    in = open_set(p("d-00001-of-00003.gguf"));
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("out.gguf"), &err), 0);
+    gguf_split_job_opts o = fast;
+    o.delete_inputs = true;
+    o.digests = true;
+    gguf_split_report *r;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, &r, &err), 0);
+    ck_assert(r->verified);
+    ck_assert_uint_eq(r->n_deleted, 3);
+    ck_assert_int_eq(access(p("d-00001-of-00003.gguf"), F_OK), -1);
+    ck_assert(same_bytes(p("m.gguf"), p("out.gguf")));
+    ck_assert_int_eq(gguf_split_manifest_write(p("man.json"), in, plan, r, false, &err), 0);
+    ck_assert_int_eq(gguf_split_manifest_write(p("man.json"), in, plan, r, false, &err),
+                     GGUF_E_EXISTS);
+    /* the file digest in the manifest is the digest of the output's bytes */
+    gguf_file *f;
+    ck_assert_int_eq(gguf_file_open(&f, p("out.gguf"), NULL, &err), 0);
+    gguf_digest d;
+    char hex[GGUF_DIGEST_HEX];
+    gguf_digest_file(f, &d);
+    ck_assert(gguf_digest_equal(&d, &r->file_digests[0]));
+    gguf_file_close(f);
+    FILE *mf = fopen(p("man.json"), "r");
+    char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, mf);
+    text[n] = 0;
+    fclose(mf);
+    ck_assert_ptr_nonnull(strstr(text, "\"schema\": \"ggufkit.merge-manifest/1\""));
+    ck_assert_ptr_nonnull(strstr(text, gguf_digest_hex(&d, hex)));
+    ck_assert_ptr_nonnull(strstr(text, gguf_digest_hex(&r->model_digest, hex)));
+    gguf_split_report_free(r);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+    /* no digests: no manifest */
+    gguf_split_report empty = {0};
+    ck_assert_int_eq(gguf_split_manifest_write(p("x.json"), NULL, NULL, &empty, false, &err),
+                     GGUF_E_INVALID);
+}
+END_TEST
+
+/* A file of 0 tensors splits into one metadata part and merges back. */
+START_TEST(no_tensors)
+{
+    make_model(p("m.gguf"), 0, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("e"), NULL, &err), 0);
+    ck_assert_uint_eq(plan->n_parts, 1);
+    ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+    in = open_set(p("e-00001-of-00001.gguf"));
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("back.gguf"), &err), 0);
+    ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
+    ck_assert(same_bytes(p("m.gguf"), p("back.gguf")));
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("split");
+    TCase *tc = tcase_create("split");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, kv_bytes);
+    tcase_add_test(tc, split_merge_round_trip);
+    tcase_add_test(tc, split_by_size_is_hard_limit);
+    tcase_add_test(tc, split_tensor_too_big);
+    tcase_add_test(tc, outputs_checked);
+    tcase_add_test(tc, cancel_removes_everything);
+    tcase_add_test(tc, cancel_mid_split);
+    tcase_add_test(tc, delete_inputs_and_manifest);
+    tcase_add_test(tc, no_tensors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
