@@ -1,0 +1,719 @@
+/*
+ * gguf-dequant-verify: dequantize every tensor of a GGUF file or split set and
+ * check it: statistics, non-finite values, suspicious block scales; optionally
+ * against the original safetensors (--reference), against the GPU kernels
+ * (--gpu), or dump one tensor as .npy (--dump). Schema and examples:
+ * docs/gguf-dequant-verify.md.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "dequant_verify.h"
+#include "gguf/types.h"
+
+enum {
+    OPT_TENSOR = 256,
+    OPT_DUMP,
+    OPT_REFERENCE,
+    OPT_ALLOW_NONFINITE,
+    OPT_JSON,
+    OPT_GPU,
+    OPT_THREADS,
+    OPT_PATH,
+    OPT_CHUNK,
+};
+
+static const cli_opt options[] = {
+    {OPT_TENSOR, "tensor", 1, "NAME|REGEX",
+     "only this tensor (exact name), else the tensors matching REGEX (POSIX ERE)"},
+    {OPT_DUMP, "dump", 1, "OUT.npy",
+     "write the one selected tensor as float32 .npy, shape = reversed ggml ne"},
+    {OPT_REFERENCE, "reference", 1, "DIR|FILE",
+     "compare with the original safetensors (F32/F16/BF16): relative RMS and SNR"},
+    {OPT_ALLOW_NONFINITE, "allow-nonfinite", 0, NULL, "NaN/Inf in the output is not a failure"},
+    {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/gguf-dequant-verify.md)"},
+    {OPT_GPU, "gpu", 0, NULL, "also check the CUDA dequantization equals the CPU bit for bit"},
+    {OPT_THREADS, "threads", 1, "N", "dequantization threads (default: all cores)"},
+    {OPT_PATH, "path", 1, "NAME", "CPU implementation: auto, scalar, portable, avx2"},
+    {OPT_CHUNK, "chunk", 1, "SIZE", "floats held per tensor at a time (default 16M)"},
+    {0, NULL, 0, NULL, NULL},
+};
+
+static const cli_spec spec = {
+    "gguf-dequant-verify",
+    "[OPTIONS] MODEL.gguf",
+    "Dequantize every tensor of a GGUF file, or of a whole split set given any of its\n"
+    "parts, and report per tensor: type, shape, min, max, mean, std, absmax, NaN and Inf\n"
+    "counts, and blocks with zero, NaN, Inf or subnormal scales. Exit 1 when a value is\n"
+    "not finite (unless --allow-nonfinite), when a tensor is far from its --reference,\n"
+    "or when --gpu finds a difference. Memory stays bounded: a chunk of one tensor at a\n"
+    "time.",
+    options,
+    "  gguf-dequant-verify model-00001-of-00010.gguf\n"
+    "  gguf-dequant-verify --json --tensor 'blk\\.3\\.' model.gguf\n"
+    "  gguf-dequant-verify --tensor blk.0.attn_q.weight --dump q.npy model.gguf\n"
+    "  gguf-dequant-verify --reference hf-checkpoint/ model-q8_0.gguf\n",
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+/* Fill a gguf_error from the tool (the library's gguf_fail is internal). */
+static int fail(gguf_error *err, int code, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(gguf_error *err, int code, int sys_errno, const char *fmt, ...)
+{
+    err->code = code;
+    err->sys_errno = sys_errno;
+    err->offset = GGUF_NO_OFFSET;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static int dv_fail_oom(gguf_error *err, const char *what)
+{
+    return fail(err, GGUF_E_NOMEM, ENOMEM, "%s: out of memory", what);
+}
+
+static int dv_fail_interrupted(gguf_error *err)
+{
+    return fail(err, GGUF_E_INTERRUPTED, 0, "interrupted");
+}
+
+static int dv_fail_write(gguf_error *err, const char *path, int e)
+{
+    return fail(err, e == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, e, "%s: %s", path, strerror(e));
+}
+
+typedef struct pending_kvb {
+    int64_t layer;
+    const gguf_tensor *k, *v;
+    float *kx, *vx;
+} pending_kvb;
+
+typedef struct kvb_result {
+    int64_t layer;
+    bool roundtrip;
+    dv_ref_result ref;
+} kvb_result;
+
+typedef struct run_state {
+    const dv_opts *o;
+    gguf_set *set;
+    dv_st_set *st;
+    dv_model_info mi;
+    gguf_dequant_pool *pool;
+    float *buf;
+    uint64_t buf_elems;
+    bool first_json;
+    int name_width;
+    /* totals */
+    int64_t n_tensors, n_nonfinite_tensors, n_ref_fail, n_ref_ok, n_ref_missing, n_gpu_diff;
+    uint64_t total_nan, total_inf;
+    bool gpu_ok;
+    char gpu_why[256];
+    pending_kvb *kvb;
+    int64_t n_kvb;
+    int64_t n_kvb_fail;
+    kvb_result *kvb_out;
+    int64_t n_kvb_out;
+    cli_progress progress;
+    uint64_t bytes_done;
+} run_state;
+
+static bool selected(const dv_opts *o, const gguf_set *s, const gguf_tensor *t)
+{
+    if (!o->tensor)
+        return true;
+    if (gguf_set_tensor_find(s, o->tensor))
+        return strcmp(t->name, o->tensor) == 0;
+    return o->have_regex && regexec(&o->regex, t->name, 0, NULL, 0) == 0;
+}
+
+static void print_ne(FILE *f, const gguf_tensor *t, bool numpy)
+{
+    const int nd = t->n_dims ? (int)t->n_dims : 1;
+    fputc('[', f);
+    for (int i = 0; i < nd; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)t->ne[numpy ? nd - 1 - i : i]);
+    fputc(']', f);
+}
+
+static void json_ref(FILE *f, const dv_ref_result *r)
+{
+    fprintf(f, "{\"hf_name\": ");
+    cli_json_str(f, r->hf_name, SIZE_MAX);
+    fprintf(f, ", \"status\": ");
+    cli_json_str(f, r->status, SIZE_MAX);
+    fprintf(f, ", \"rel_rms\": ");
+    cli_json_num(f, r->compared ? r->rel_rms : NAN);
+    fprintf(f, ", \"snr_db\": ");
+    cli_json_num(f, r->compared ? r->snr_db : NAN);
+    fprintf(f, ", \"exact\": %s", r->compared && r->err_sq == 0 ? "true" : "false");
+    fprintf(f, ", \"expect_snr_db\": ");
+    cli_json_num(f, r->expect_snr_db);
+    fprintf(f, ", \"note\": ");
+    cli_json_str(f, r->note, SIZE_MAX);
+    fputc('}', f);
+}
+
+static bool ref_failed(const dv_ref_result *r)
+{
+    return !strcmp(r->status, "fail") || !strcmp(r->status, "shape");
+}
+
+static void report_tensor(run_state *rs, const gguf_tensor *t, const dv_stats *s,
+                          const dv_ref_result *ref, int gpu_state, uint64_t gpu_diff)
+{
+    const dv_opts *o = rs->o;
+    FILE *f = stdout;
+    const bool nonfinite = s->n_nan + s->n_inf > 0;
+    if (o->json) {
+        fprintf(f, "%s\n    {\"name\": ", rs->first_json ? "" : ",");
+        rs->first_json = false;
+        cli_json_str(f, t->name, SIZE_MAX);
+        fprintf(f, ", \"type\": \"%s\", \"ne\": ", gguf_type_name(t->type));
+        print_ne(f, t, false);
+        fprintf(f, ", \"shape\": ");
+        print_ne(f, t, true);
+        fprintf(f, ", \"n_elements\": %lld, \"min\": ", (long long)t->n_elements);
+        cli_json_num(f, s->n_finite ? s->min : NAN);
+        fprintf(f, ", \"max\": ");
+        cli_json_num(f, s->n_finite ? s->max : NAN);
+        fprintf(f, ", \"mean\": ");
+        cli_json_num(f, dv_stats_mean(s));
+        fprintf(f, ", \"std\": ");
+        cli_json_num(f, dv_stats_std(s));
+        fprintf(f, ", \"absmax\": ");
+        cli_json_num(f, s->n_finite ? s->absmax : NAN);
+        fprintf(f,
+                ", \"nan\": %llu, \"inf\": %llu, \"blocks\": %llu, \"suspicious_blocks\": "
+                "{\"zero_scale\": %llu, \"nan_scale\": %llu, \"inf_scale\": %llu, "
+                "\"subnormal_scale\": %llu, \"bad_scale_encoding\": %llu}",
+                (unsigned long long)s->n_nan, (unsigned long long)s->n_inf,
+                (unsigned long long)s->n_blocks, (unsigned long long)s->blk_zero,
+                (unsigned long long)s->blk_nan, (unsigned long long)s->blk_inf,
+                (unsigned long long)s->blk_subnormal, (unsigned long long)s->blk_bad_encoding);
+        if (ref) {
+            fprintf(f, ", \"reference\": ");
+            json_ref(f, ref);
+        }
+        if (gpu_state >= 0)
+            fprintf(f, ", \"gpu\": {\"status\": \"%s\", \"differing\": %llu}",
+                    gpu_state == 0 ? "equal" : "different", (unsigned long long)gpu_diff);
+        fputc('}', f);
+        return;
+    }
+    const bool bad = (nonfinite && !o->allow_nonfinite) || (ref && ref_failed(ref)) || gpu_state > 0;
+    if (cli_verbosity == 0 && !bad)
+        return;
+    fprintf(f, "%-*s %-7s ", rs->name_width, t->name, gguf_type_name(t->type));
+    print_ne(f, t, false);
+    if (s->n_finite)
+        fprintf(f, "  min %.6g max %.6g mean %.6g std %.6g absmax %.6g", s->min, s->max,
+                dv_stats_mean(s), dv_stats_std(s), s->absmax);
+    else if (t->n_elements)
+        fprintf(f, "  no finite value");
+    if (nonfinite)
+        fprintf(f, "  NaN %llu Inf %llu", (unsigned long long)s->n_nan,
+                (unsigned long long)s->n_inf);
+    const uint64_t susp = s->blk_zero + s->blk_nan + s->blk_inf + s->blk_subnormal +
+                          s->blk_bad_encoding;
+    if (susp) {
+        fprintf(f, "  suspicious blocks:");
+        if (s->blk_zero)
+            fprintf(f, " %llu zero-scale", (unsigned long long)s->blk_zero);
+        if (s->blk_nan)
+            fprintf(f, " %llu NaN-scale", (unsigned long long)s->blk_nan);
+        if (s->blk_inf)
+            fprintf(f, " %llu Inf-scale", (unsigned long long)s->blk_inf);
+        if (s->blk_subnormal)
+            fprintf(f, " %llu subnormal-scale", (unsigned long long)s->blk_subnormal);
+        if (s->blk_bad_encoding)
+            fprintf(f, " %llu bad-scale-byte", (unsigned long long)s->blk_bad_encoding);
+        fprintf(f, " (of %llu)", (unsigned long long)s->n_blocks);
+    }
+    fputc('\n', f);
+    if (ref) {
+        if (ref->compared)
+            fprintf(f, "%*s   vs %s: SNR %.1f dB (expected >= %.0f) rel-RMS %.3g  %s%s%s\n",
+                    rs->name_width, "", ref->hf_name, ref->snr_db, ref->expect_snr_db,
+                    ref->rel_rms, !strcmp(ref->status, "ok") ? "ok" : "FAIL",
+                    ref->note[0] ? "  " : "", ref->note);
+        else
+            fprintf(f, "%*s   vs %s: %s%s%s\n", rs->name_width, "", ref->hf_name[0] ? ref->hf_name : "-",
+                    !strcmp(ref->status, "shape") ? "SHAPE MISMATCH" : ref->status,
+                    ref->note[0] ? ": " : "", ref->note);
+    }
+    if (gpu_state > 0)
+        fprintf(f, "%*s   GPU: %llu elements differ from the CPU reference\n", rs->name_width, "",
+                (unsigned long long)gpu_diff);
+}
+
+static int ensure_buf(run_state *rs, uint64_t elems)
+{
+    if (elems <= rs->buf_elems)
+        return 0;
+    float *b = realloc(rs->buf, sizeof(float) * elems);
+    if (!b)
+        return -1;
+    rs->buf = b;
+    rs->buf_elems = elems;
+    return 0;
+}
+
+static pending_kvb *kvb_slot(run_state *rs, int64_t layer)
+{
+    for (int64_t i = 0; i < rs->n_kvb; i++)
+        if (rs->kvb[i].layer == layer)
+            return &rs->kvb[i];
+    pending_kvb *n = realloc(rs->kvb, sizeof *n * (size_t)(rs->n_kvb + 1));
+    if (!n)
+        return NULL;
+    rs->kvb = n;
+    rs->kvb[rs->n_kvb] = (pending_kvb){.layer = layer};
+    return &rs->kvb[rs->n_kvb++];
+}
+
+static void report_kvb(run_state *rs, const dv_ref_result *r, bool roundtrip, int64_t layer)
+{
+    FILE *f = stdout;
+    const bool bad = ref_failed(r) || !roundtrip;
+    rs->n_kvb_fail += bad;
+    if (rs->o->json) {
+        /* kept for the "kv_b_proj" array printed after "tensors" */
+        kvb_result *n = realloc(rs->kvb_out, sizeof *n * (size_t)(rs->n_kvb_out + 1));
+        if (n) {
+            rs->kvb_out = n;
+            rs->kvb_out[rs->n_kvb_out++] = (kvb_result){layer, roundtrip, *r};
+        }
+        return;
+    }
+    if (cli_verbosity == 0 && !bad)
+        return;
+    fprintf(f, "blk.%lld kv_b_proj (attn_k_b + attn_v_b): ", (long long)layer);
+    if (r->compared)
+        fprintf(f, "SNR %.1f dB (expected >= %.0f) rel-RMS %.3g %s", r->snr_db, r->expect_snr_db,
+                r->rel_rms, !strcmp(r->status, "ok") ? "ok" : "FAIL");
+    else
+        fprintf(f, "%s: %s", r->status, r->note);
+    fprintf(f, "; split back %s\n", roundtrip ? "exact" : "NOT EXACT");
+}
+
+/* One tensor, chunk by chunk. Returns 0, 1 (this tensor failed), or a
+ * negative gguf status for errors that stop the run. */
+static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_error *err)
+{
+    const dv_opts *o = rs->o;
+    const int64_t ne0 = t->ne[0] > 0 ? t->ne[0] : 1;
+    const int64_t n_rows = t->n_elements / ne0;
+    uint64_t row_bytes = 0;
+    gguf_type_row_bytes(t->type, ne0, &row_bytes);
+    int64_t chunk_rows = (int64_t)(o->chunk_elems / (uint64_t)ne0);
+    if (chunk_rows < 1)
+        chunk_rows = 1;
+    if (chunk_rows > n_rows)
+        chunk_rows = n_rows > 0 ? n_rows : 1;
+    /* attn_k_b / attn_v_b are kept whole for the kv_b_proj reassembly */
+    const bool keep = rs->st && dv_ref_is_kv_b_part(t->name);
+    float *whole = NULL;
+    if (keep) {
+        whole = malloc(sizeof(float) * (size_t)(t->n_elements ? t->n_elements : 1));
+        if (!whole)
+            return dv_fail_oom(err, t->name);
+    }
+    if (ensure_buf(rs, (uint64_t)(chunk_rows * ne0)) != 0) {
+        free(whole);
+        return dv_fail_oom(err, t->name);
+    }
+    dv_stats s;
+    dv_stats_init(&s);
+    dv_ref_result ref;
+    dv_ref_map *map = NULL;
+    bool have_ref = false;
+    if (rs->st && !keep) {
+        map = malloc(sizeof *map);
+        if (!map) {
+            free(whole);
+            return dv_fail_oom(err, t->name);
+        }
+        dv_ref_begin(&ref, map, &rs->mi, rs->st, t);
+        have_ref = true;
+    }
+    const gguf_type_info *ti = gguf_type_get(t->type);
+    int gpu_state = -1;
+    uint64_t gpu_diff = 0;
+    if (o->gpu && rs->gpu_ok)
+        gpu_state = 0;
+    gguf_dequant_opts dopt = {.path = o->path, .pool = rs->pool};
+    int rc = 0;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += chunk_rows) {
+        if (interrupted) {
+            rc = dv_fail_interrupted(err);
+            break;
+        }
+        const int64_t nr = n_rows - r0 < chunk_rows ? n_rows - r0 : chunk_rows;
+        const uint8_t *src = t->data + (uint64_t)r0 * row_bytes;
+        float *dst = keep ? whole + r0 * ne0 : rs->buf;
+        rc = gguf_dequant_rows(t->type, src, row_bytes, dst, ne0, nr, &dopt, err);
+        if (rc != 0)
+            break;
+        dv_stats_add(&s, dst, (uint64_t)(nr * ne0));
+        if (ti->quantized)
+            dv_scan_scales(&s, t->type, src, (uint64_t)nr * (uint64_t)(ne0 / ti->block_size));
+        if (have_ref)
+            dv_ref_rows(&ref, map, t, dst, r0, nr);
+        if (npy) {
+            const int e = dv_npy_write(npy, dst, (uint64_t)(nr * ne0));
+            if (e) {
+                rc = dv_fail_write(err, o->dump, e);
+                break;
+            }
+        }
+        if (gpu_state >= 0) {
+            char why[256];
+            if (dv_gpu_compare_rows(t, dst, r0, nr, &gpu_diff, why, sizeof why) != 0) {
+                gpu_state = -1;
+                rs->gpu_ok = false;
+                snprintf(rs->gpu_why, sizeof rs->gpu_why, "%s", why);
+            }
+        }
+        rs->bytes_done += (uint64_t)nr * row_bytes;
+        cli_progress_update(&rs->progress, rs->bytes_done);
+    }
+    if (rc != 0) {
+        free(whole);
+        free(map);
+        return rc;
+    }
+    if (have_ref)
+        dv_ref_end(&ref, t);
+    if (gpu_state >= 0 && gpu_diff > 0) {
+        gpu_state = 1;
+        rs->n_gpu_diff++;
+    }
+    rs->n_tensors++;
+    rs->total_nan += s.n_nan;
+    rs->total_inf += s.n_inf;
+    const bool nonfinite = s.n_nan + s.n_inf > 0;
+    rs->n_nonfinite_tensors += nonfinite;
+    int failed = nonfinite && !o->allow_nonfinite;
+    if (have_ref) {
+        if (ref_failed(&ref)) {
+            rs->n_ref_fail++;
+            failed = 1;
+        } else if (!strcmp(ref.status, "ok")) {
+            rs->n_ref_ok++;
+        } else if (!strcmp(ref.status, "missing")) {
+            rs->n_ref_missing++;
+        }
+    }
+    failed |= gpu_state > 0;
+    report_tensor(rs, t, &s, have_ref ? &ref : NULL, gpu_state, gpu_diff);
+    free(map);
+    if (keep) {
+        long long layer = -1;
+        sscanf(t->name, "blk.%lld.", &layer);
+        pending_kvb *p = kvb_slot(rs, layer);
+        if (!p) {
+            free(whole);
+            return dv_fail_oom(err, t->name);
+        }
+        if (strstr(t->name, ".attn_k_b.")) {
+            free(p->kx);
+            p->k = t;
+            p->kx = whole;
+        } else {
+            free(p->vx);
+            p->v = t;
+            p->vx = whole;
+        }
+        if (p->kx && p->vx) {
+            dv_ref_result kr;
+            bool roundtrip;
+            dv_kv_b_compare(&kr, &roundtrip, rs->st, p->layer, p->k, p->kx, p->v, p->vx);
+            report_kvb(rs, &kr, roundtrip, p->layer);
+            failed |= ref_failed(&kr) || !roundtrip;
+            if (ref_failed(&kr))
+                rs->n_ref_fail++;
+            else if (!strcmp(kr.status, "ok"))
+                rs->n_ref_ok++;
+            free(p->kx);
+            free(p->vx);
+            p->kx = p->vx = NULL;
+        }
+    }
+    return failed;
+}
+
+static int parse_path(const char *s)
+{
+    for (int p = 0; p < GGUF_DEQUANT_PATH_COUNT; p++)
+        if (!strcmp(s, gguf_dequant_path_name(p)))
+            return p;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    dv_opts o = {.chunk_elems = 16u << 20};
+    int c, optind_ = 1;
+    const char *arg;
+    while ((c = cli_next(&spec, argc, argv, &arg, &optind_)) != -1) {
+        switch (c) {
+        case OPT_TENSOR: o.tensor = arg; break;
+        case OPT_DUMP: o.dump = arg; break;
+        case OPT_REFERENCE: o.reference = arg; break;
+        case OPT_ALLOW_NONFINITE: o.allow_nonfinite = true; break;
+        case OPT_JSON: o.json = true; break;
+        case OPT_GPU: o.gpu = true; break;
+        case OPT_THREADS: {
+            uint64_t n;
+            if (cli_parse_u64(arg, &n) || n < 1 || n > 1024) {
+                cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 1024", arg);
+                return CLI_EXIT_USAGE;
+            }
+            o.threads = (int)n;
+            break;
+        }
+        case OPT_PATH:
+            o.path = parse_path(arg);
+            if (o.path < 0) {
+                cli_errorf(spec.tool, "--path: '%s' is not one of auto, scalar, portable, avx2", arg);
+                return CLI_EXIT_USAGE;
+            }
+            if (!gguf_dequant_path_available(o.path)) {
+                cli_errorf(spec.tool, "--path %s: this CPU cannot run it", arg);
+                return CLI_EXIT_ENV;
+            }
+            break;
+        case OPT_CHUNK: {
+            uint64_t n;
+            if (cli_parse_size(arg, &n) || n < 1) {
+                cli_errorf(spec.tool, "--chunk: '%s' is not a size", arg);
+                return CLI_EXIT_USAGE;
+            }
+            o.chunk_elems = n;
+            break;
+        }
+        }
+    }
+    if (optind_ != argc - 1) {
+        cli_errorf(spec.tool, "expected one MODEL.gguf argument (see --help)");
+        return CLI_EXIT_USAGE;
+    }
+    o.model = argv[optind_];
+    if (o.dump && !o.tensor) {
+        cli_errorf(spec.tool, "--dump needs --tensor NAME to say which tensor");
+        return CLI_EXIT_USAGE;
+    }
+
+    int ret = CLI_EXIT_OK;
+    gguf_error err = {0};
+    run_state rs = {.o = &o, .first_json = true};
+    dv_npy npy = {0};
+    bool npy_open = false;
+    char msg[1024];
+
+    int rc = gguf_set_open(&rs.set, o.model, NULL, &err);
+    if (rc) {
+        cli_error(spec.tool, &err);
+        return cli_exit_code(rc);
+    }
+    if (o.tensor && !gguf_set_tensor_find(rs.set, o.tensor)) {
+        if (regcomp(&o.regex, o.tensor, REG_EXTENDED | REG_NOSUB) != 0) {
+            cli_errorf(spec.tool, "--tensor: '%s' is neither a tensor name nor a valid regular "
+                       "expression", o.tensor);
+            ret = CLI_EXIT_USAGE;
+            goto done;
+        }
+        o.have_regex = true;
+    }
+    const int64_t n_all = gguf_set_tensor_count(rs.set);
+    int64_t n_sel = 0;
+    uint64_t total_bytes = 0;
+    const gguf_tensor *only = NULL;
+    for (int64_t i = 0; i < n_all; i++) {
+        const gguf_tensor *t = gguf_set_tensor_at(rs.set, i);
+        if (!selected(&o, rs.set, t))
+            continue;
+        n_sel++;
+        only = t;
+        total_bytes += t->nbytes;
+        const int w = (int)strlen(t->name);
+        if (w > rs.name_width)
+            rs.name_width = w < 48 ? w : 48;
+    }
+    if (o.tensor && n_sel == 0) {
+        cli_errorf(spec.tool, "%s: no tensor named or matching '%s'", o.model, o.tensor);
+        ret = CLI_EXIT_USAGE;
+        goto done;
+    }
+    if (o.dump && n_sel != 1) {
+        cli_errorf(spec.tool, "--dump: '%s' selects %lld tensors; it must select exactly one",
+                   o.tensor, (long long)n_sel);
+        ret = CLI_EXIT_USAGE;
+        goto done;
+    }
+    if (o.reference) {
+        rs.st = dv_st_open(o.reference, msg, sizeof msg);
+        if (!rs.st) {
+            cli_errorf(spec.tool, "--reference: %s", msg);
+            ret = CLI_EXIT_USAGE;
+            goto done;
+        }
+        dv_model_info_read(&rs.mi, rs.set);
+    }
+    if (o.gpu) {
+        rs.gpu_ok = dv_gpu_available(rs.gpu_why, sizeof rs.gpu_why);
+        if (!rs.gpu_ok && !o.json)
+            fprintf(stderr, "%s: --gpu: skipped: %s\n", spec.tool, rs.gpu_why);
+    }
+    rc = gguf_dequant_pool_create(&rs.pool, o.threads, &err);
+    if (rc) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    if (o.dump) {
+        int64_t shape[GGUF_MAX_DIMS];
+        const int nd = only->n_dims ? (int)only->n_dims : 1;
+        for (int i = 0; i < nd; i++)
+            shape[i] = only->ne[nd - 1 - i];
+        const int e = dv_npy_open(&npy, o.dump, shape, nd);
+        if (e) {
+            cli_errorf(spec.tool, "%s: %s", o.dump, strerror(e));
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
+        npy_open = true;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+
+    if (o.json) {
+        printf("{\n  \"tool\": \"gguf-dequant-verify\", \"version\": \"%s\",\n  \"model\": ",
+               GGUFKIT_VERSION);
+        cli_json_str(stdout, o.model, SIZE_MAX);
+        printf(",\n  \"parts\": %u, \"cpu_path\": \"%s\", \"threads\": %d,\n  \"tensors\": [",
+               gguf_set_part_count(rs.set),
+               gguf_dequant_path_name(o.path ? o.path : (int)gguf_dequant_best_path()),
+               gguf_dequant_pool_size(rs.pool));
+    }
+    cli_progress_start(&rs.progress, "dequantizing", total_bytes);
+    int64_t n_failed = 0;
+    for (int64_t i = 0; i < n_all; i++) {
+        const gguf_tensor *t = gguf_set_tensor_at(rs.set, i);
+        if (!selected(&o, rs.set, t))
+            continue;
+        rc = verify_tensor(&rs, t, npy_open ? &npy : NULL, &err);
+        if (rc < 0) {
+            cli_progress_end(&rs.progress);
+            if (o.json)
+                printf("\n  ]\n}\n");
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
+            goto done;
+        }
+        n_failed += rc;
+    }
+    cli_progress_end(&rs.progress);
+    /* kv_b halves whose partner was not selected or not present */
+    for (int64_t i = 0; i < rs.n_kvb; i++)
+        if (rs.kvb[i].kx || rs.kvb[i].vx) {
+            dv_ref_result r = {0};
+            snprintf(r.status, sizeof r.status, "skipped");
+            snprintf(r.hf_name, sizeof r.hf_name, "model.layers.%lld.self_attn.kv_b_proj.weight",
+                     (long long)rs.kvb[i].layer);
+            snprintf(r.note, sizeof r.note, "only one of attn_k_b / attn_v_b was selected");
+            report_kvb(&rs, &r, true, rs.kvb[i].layer);
+        }
+    if (npy_open) {
+        const int e = dv_npy_close(&npy, true);
+        npy_open = false;
+        if (e) {
+            cli_errorf(spec.tool, "%s: %s", o.dump, strerror(e));
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
+    }
+    const bool nonfinite_fail = rs.n_nonfinite_tensors > 0 && !o.allow_nonfinite;
+    const bool ok = n_failed == 0 && rs.n_kvb_fail == 0;
+    if (o.json) {
+        printf("\n  ],\n  \"kv_b_proj\": [");
+        for (int64_t i = 0; i < rs.n_kvb_out; i++) {
+            printf("%s\n    {\"layer\": %lld, \"roundtrip_exact\": %s, \"reference\": ",
+                   i ? "," : "", (long long)rs.kvb_out[i].layer,
+                   rs.kvb_out[i].roundtrip ? "true" : "false");
+            json_ref(stdout, &rs.kvb_out[i].ref);
+            printf("}");
+        }
+        printf("%s],\n  \"summary\": {\"tensors\": %lld, \"nonfinite_tensors\": %lld, "
+               "\"nan\": %llu, \"inf\": %llu, \"reference_ok\": %lld, \"reference_failed\": %lld, "
+               "\"reference_missing\": %lld, \"gpu\": ",
+               rs.n_kvb_out ? "\n  " : "", (long long)rs.n_tensors, (long long)rs.n_nonfinite_tensors,
+               (unsigned long long)rs.total_nan, (unsigned long long)rs.total_inf,
+               (long long)rs.n_ref_ok, (long long)rs.n_ref_fail, (long long)rs.n_ref_missing);
+        if (!o.gpu)
+            printf("null");
+        else if (!rs.gpu_ok) {
+            printf("{\"status\": \"skipped\", \"reason\": ");
+            cli_json_str(stdout, rs.gpu_why, SIZE_MAX);
+            printf("}");
+        } else
+            printf("{\"status\": \"%s\", \"tensors_different\": %lld}",
+                   rs.n_gpu_diff ? "different" : "equal", (long long)rs.n_gpu_diff);
+        printf(", \"ok\": %s}\n}\n", ok ? "true" : "false");
+    } else {
+        printf("%lld tensors dequantized", (long long)rs.n_tensors);
+        if (rs.n_nonfinite_tensors)
+            printf(", %lld with NaN/Inf (%llu NaN, %llu Inf)%s", (long long)rs.n_nonfinite_tensors,
+                   (unsigned long long)rs.total_nan, (unsigned long long)rs.total_inf,
+                   o.allow_nonfinite ? " (allowed)" : "");
+        else
+            printf(", all values finite");
+        if (rs.st)
+            printf("; reference: %lld ok, %lld failed, %lld missing", (long long)rs.n_ref_ok,
+                   (long long)rs.n_ref_fail, (long long)rs.n_ref_missing);
+        if (o.gpu)
+            printf("; GPU: %s", !rs.gpu_ok ? "skipped" : rs.n_gpu_diff ? "DIFFERENT" : "equal");
+        if (o.dump)
+            printf("; wrote %s", o.dump);
+        printf("\n");
+    }
+    if (nonfinite_fail || !ok)
+        ret = CLI_EXIT_DIFF;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_errorf(spec.tool, "cannot write the output");
+        ret = CLI_EXIT_ENV;
+    }
+done:
+    if (npy_open)
+        dv_npy_close(&npy, false);
+    for (int64_t i = 0; i < rs.n_kvb; i++) {
+        free(rs.kvb[i].kx);
+        free(rs.kvb[i].vx);
+    }
+    free(rs.kvb);
+    free(rs.kvb_out);
+    free(rs.buf);
+    gguf_dequant_pool_free(rs.pool);
+    dv_st_close(rs.st);
+    gguf_set_close(rs.set);
+    if (o.have_regex)
+        regfree(&o.regex);
+    return ret;
+}

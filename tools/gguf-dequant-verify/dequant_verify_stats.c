@@ -1,0 +1,276 @@
+/* Per-tensor statistics, the scan for suspicious block scales, and .npy output. */
+#include "dequant_verify.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf/blocks.h"
+#include "gguf/types.h"
+
+void dv_stats_init(dv_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->min = INFINITY;
+    s->max = -INFINITY;
+}
+
+void dv_stats_add(dv_stats *s, const float *x, uint64_t n)
+{
+    /* per-chunk partial sums keep the double accumulators accurate */
+    double sum = 0, sum_sq = 0, mn = s->min, mx = s->max, amax = s->absmax;
+    uint64_t fin = 0, nan = 0, inf = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        if (isnan(v)) {
+            nan++;
+            continue;
+        }
+        if (isinf(v)) {
+            inf++;
+            continue;
+        }
+        const double d = v;
+        fin++;
+        sum += d;
+        sum_sq += d * d;
+        if (d < mn)
+            mn = d;
+        if (d > mx)
+            mx = d;
+        if (fabs(d) > amax)
+            amax = fabs(d);
+    }
+    s->sum += sum;
+    s->sum_sq += sum_sq;
+    s->min = mn;
+    s->max = mx;
+    s->absmax = amax;
+    s->n_finite += fin;
+    s->n_nan += nan;
+    s->n_inf += inf;
+}
+
+double dv_stats_mean(const dv_stats *s)
+{
+    return s->n_finite ? s->sum / (double)s->n_finite : NAN;
+}
+
+double dv_stats_std(const dv_stats *s)
+{
+    if (!s->n_finite)
+        return NAN;
+    const double m = dv_stats_mean(s);
+    const double var = s->sum_sq / (double)s->n_finite - m * m;
+    return var > 0 ? sqrt(var) : 0.0;
+}
+
+/* ---- suspicious scales ---- */
+
+enum { SC_OK = 0, SC_ZERO = 1, SC_NAN = 2, SC_INF = 4, SC_SUB = 8, SC_BAD = 16 };
+
+static int classify_f16(uint16_t h)
+{
+    const int exp = (h >> 10) & 31, man = h & 1023;
+    if (exp == 31)
+        return man ? SC_NAN : SC_INF;
+    if (exp == 0)
+        return man ? SC_SUB : SC_ZERO;
+    return SC_OK;
+}
+
+static int classify_f32(uint32_t u)
+{
+    const uint32_t exp = (u >> 23) & 255, man = u & 0x7FFFFF;
+    if (exp == 255)
+        return man ? SC_NAN : SC_INF;
+    if (exp == 0)
+        return man ? SC_SUB : SC_ZERO;
+    return SC_OK;
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* Offsets of the f16 scale fields of a block (d, and dmin / m where present). */
+static int f16_fields(uint32_t type, size_t off[2])
+{
+#define F1(T, a) off[0] = offsetof(T, a); return 1
+#define F2(T, a, b) off[0] = offsetof(T, a); off[1] = offsetof(T, b); return 2
+    switch (type) {
+    case GGUF_TYPE_Q4_0: F1(gguf_block_q4_0, d);
+    case GGUF_TYPE_Q4_1: F2(gguf_block_q4_1, d, m);
+    case GGUF_TYPE_Q5_0: F1(gguf_block_q5_0, d);
+    case GGUF_TYPE_Q5_1: F2(gguf_block_q5_1, d, m);
+    case GGUF_TYPE_Q8_0: F1(gguf_block_q8_0, d);
+    case GGUF_TYPE_Q8_1: F1(gguf_block_q8_1, d);
+    case GGUF_TYPE_Q2_K: F2(gguf_block_q2_k, d, dmin);
+    case GGUF_TYPE_Q3_K: F1(gguf_block_q3_k, d);
+    case GGUF_TYPE_Q4_K: F2(gguf_block_q4_k, d, dmin);
+    case GGUF_TYPE_Q5_K: F2(gguf_block_q5_k, d, dmin);
+    case GGUF_TYPE_Q6_K: F1(gguf_block_q6_k, d);
+    case GGUF_TYPE_TQ1_0: F1(gguf_block_tq1_0, d);
+    case GGUF_TYPE_TQ2_0: F1(gguf_block_tq2_0, d);
+    case GGUF_TYPE_IQ2_XXS: F1(gguf_block_iq2_xxs, d);
+    case GGUF_TYPE_IQ2_XS: F1(gguf_block_iq2_xs, d);
+    case GGUF_TYPE_IQ2_S: F1(gguf_block_iq2_s, d);
+    case GGUF_TYPE_IQ3_XXS: F1(gguf_block_iq3_xxs, d);
+    case GGUF_TYPE_IQ3_S: F1(gguf_block_iq3_s, d);
+    case GGUF_TYPE_IQ1_S: F1(gguf_block_iq1_s, d);
+    case GGUF_TYPE_IQ4_NL: F1(gguf_block_iq4_nl, d);
+    case GGUF_TYPE_IQ4_XS: F1(gguf_block_iq4_xs, d);
+    case GGUF_TYPE_Q1_0: F1(gguf_block_q1_0, d);
+    default: return 0;
+    }
+#undef F1
+#undef F2
+}
+
+static int classify_block(uint32_t type, const uint8_t *b)
+{
+    size_t off[2];
+    int flags = 0;
+    const int n = f16_fields(type, off);
+    if (n > 0) {
+        /* a zero dmin / m is normal (no offset); only d counts as zero */
+        flags |= classify_f16(rd16(b + off[0]));
+        if (n > 1)
+            flags |= classify_f16(rd16(b + off[1])) & ~SC_ZERO;
+        return flags;
+    }
+    switch (type) {
+    case GGUF_TYPE_Q8_K: {
+        uint32_t u;
+        memcpy(&u, b + offsetof(gguf_block_q8_k, d), 4);
+        return classify_f32(u);
+    }
+    case GGUF_TYPE_IQ1_M: {
+        const uint8_t *sc = b + offsetof(gguf_block_iq1_m, scales);
+        const uint16_t d = (uint16_t)((rd16(sc) >> 12) | ((rd16(sc + 2) >> 8) & 0x00F0) |
+                                      ((rd16(sc + 4) >> 4) & 0x0F00) | (rd16(sc + 6) & 0xF000));
+        return classify_f16(d);
+    }
+    case GGUF_TYPE_MXFP4: {
+        const uint8_t e = b[offsetof(gguf_block_mxfp4, e)];
+        return e == 0xFF ? SC_NAN : e == 0 ? SC_SUB : SC_OK; /* 0xFF is NaN in OCP MX */
+    }
+    case GGUF_TYPE_NVFP4:
+        for (int s = 0; s < 4; s++) {
+            const uint8_t x = b[offsetof(gguf_block_nvfp4, d) + s];
+            if (x & 0x80)
+                flags |= SC_BAD;
+            else if (x == 0x7F)
+                flags |= SC_NAN;
+            else if (x == 0)
+                flags |= SC_ZERO;
+            else if (x < 8)
+                flags |= SC_SUB;
+        }
+        return flags;
+    default:
+        return SC_OK;
+    }
+}
+
+void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_blocks)
+{
+    const gguf_type_info *ti = gguf_type_get(type);
+    if (!ti || !ti->quantized)
+        return;
+    for (uint64_t i = 0; i < n_blocks; i++) {
+        const int f = classify_block(type, data + i * ti->type_size);
+        s->blk_zero += (f & SC_ZERO) != 0;
+        s->blk_nan += (f & SC_NAN) != 0;
+        s->blk_inf += (f & SC_INF) != 0;
+        s->blk_subnormal += (f & SC_SUB) != 0;
+        s->blk_bad_encoding += (f & SC_BAD) != 0;
+    }
+    s->n_blocks += n_blocks;
+}
+
+/* ---- .npy (format version 1.0) ----
+ *   "\x93NUMPY" 1 0 | header length u16 LE | "{'descr': '<f4', 'fortran_order':
+ *   False, 'shape': (a, b), }" padded with spaces and '\n' so that the data
+ *   starts on a multiple of 64 bytes.
+ */
+int dv_npy_open(dv_npy *w, const char *path, const int64_t *shape, int n_dims)
+{
+    memset(w, 0, sizeof *w);
+    w->path = path;
+    const size_t len = strlen(path);
+    w->tmp_path = malloc(len + 16);
+    if (!w->tmp_path)
+        return ENOMEM;
+    snprintf(w->tmp_path, len + 16, "%s.tmpXXXXXX", path);
+    const int fd = mkstemp(w->tmp_path);
+    if (fd < 0) {
+        const int e = errno;
+        free(w->tmp_path);
+        w->tmp_path = NULL;
+        return e;
+    }
+    (void)fchmod(fd, 0644); /* mkstemp makes 0600; an output file is for others too */
+    w->f = fdopen(fd, "wb");
+    if (!w->f) {
+        const int e = errno;
+        close(fd);
+        unlink(w->tmp_path);
+        free(w->tmp_path);
+        w->tmp_path = NULL;
+        return e;
+    }
+    char dict[512];
+    int k = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    for (int i = 0; i < n_dims; i++)
+        k += snprintf(dict + k, sizeof dict - (size_t)k, "%lld,%s", (long long)shape[i],
+                      i + 1 < n_dims ? " " : "");
+    k += snprintf(dict + k, sizeof dict - (size_t)k, "), }");
+    /* one-dimensional shapes keep the trailing comma: (n,) */
+    size_t total = 10 + (size_t)k + 1;
+    const size_t pad = (64 - total % 64) % 64;
+    const uint16_t hlen = (uint16_t)((size_t)k + pad + 1);
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xFF),
+                             (unsigned char)(hlen >> 8)};
+    fwrite(pre, 1, sizeof pre, w->f);
+    fwrite(dict, 1, (size_t)k, w->f);
+    for (size_t i = 0; i < pad; i++)
+        fputc(' ', w->f);
+    fputc('\n', w->f);
+    return ferror(w->f) ? EIO : 0;
+}
+
+int dv_npy_write(dv_npy *w, const float *x, uint64_t n)
+{
+    if (fwrite(x, sizeof(float), n, w->f) != n)
+        return errno ? errno : EIO;
+    return 0;
+}
+
+int dv_npy_close(dv_npy *w, bool commit)
+{
+    int rc = 0;
+    if (w->f) {
+        if (commit && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0))
+            rc = errno ? errno : EIO;
+        if (fclose(w->f) != 0 && rc == 0)
+            rc = errno ? errno : EIO;
+        w->f = NULL;
+    }
+    if (w->tmp_path) {
+        if (commit && rc == 0) {
+            if (rename(w->tmp_path, w->path) != 0)
+                rc = errno;
+        }
+        if (!commit || rc != 0)
+            unlink(w->tmp_path);
+        free(w->tmp_path);
+        w->tmp_path = NULL;
+    }
+    return rc;
+}
