@@ -235,7 +235,9 @@ int gguf_split_plan_make(gguf_split_plan **out, const gguf_set *in, const char *
         part_finish(&next, align);
         bool over = (l.max_size && next.size > l.max_size) ||
                     (l.max_tensors && (uint64_t)next.count > l.max_tensors);
-        if (over && part->count > 0) {
+        /* A full part is closed; so is part 1 when the metadata leaves no room
+         * for its first tensor (it then holds the metadata only). */
+        if (over && (part->count > 0 || p->n_parts == 1)) {
             if ((rc = add_part(p, &cap, hk, i, err)))
                 goto fail;
             part = &p->parts[p->n_parts - 1];

@@ -11,7 +11,12 @@
       a model of M MiB of real (non-hole) data in 4 tensors, for interrupt tests
   merge_fixture.py gguf-py-split OUT_PREFIX --max-tensors N
       a split set written by gguf-py's own writer (another implementation)
+  merge_fixture.py set PREFIX --flaw ok|dup|total|no|count|version|align|nokeys
+      a 3-part split set written by hand, valid or with one flaw
+  merge_fixture.py digest FILE...
+      a digest of each file's size, hole layout and data (fast on sparse files)
 """
+import hashlib
 import argparse
 import os
 import random
@@ -131,6 +136,7 @@ def cmd_types(a):
 
 def cmd_sparse(a):
     gib = a.gib
+    dense = a.dense_mib << 20
     big = (gib << 30) // 3 // 4096 * 4096  # F32 bytes per big tensor, whole rows of 1024
 
     def tail(f, off, nbytes):  # real bytes at the very end of the tensor
@@ -138,6 +144,15 @@ def cmd_sparse(a):
         f.write(bytes(range(1, 17)))
 
     tensors = [("token_embd.weight", 0, [64, 4], bytes(range(256)) * 4)]
+    if dense:
+        rng = random.Random(9)
+        chunk = bytes(rng.getrandbits(8) for _ in range(1 << 16))
+
+        def fill(f, off, nbytes):
+            f.seek(off)
+            for _ in range(nbytes // len(chunk)):
+                f.write(chunk)
+        tensors.append(("dense.weight", 0, [16384, dense // 65536], fill))
     for i in range(3):
         tensors.append((f"blk.{i}.ffn_up.weight", 0, [1024, big // 4096], tail))
     tensors.append(("output_norm.weight", 0, [64], bytes(range(256))))
@@ -179,6 +194,57 @@ def cmd_gguf_py_split(a):
     w.close()
 
 
+def cmd_set(a):
+    flaw = a.flaw
+    n = 3
+    meta = metadata(random.Random(4))
+    for i in range(n):
+        kvs = list(meta) if i == 0 else []
+        version = 2 if (flaw == "version" and i == 1) else 3
+        align = 64 if (flaw == "align" and i == 1) else 32
+        if align != 32:
+            kvs.append(("general.alignment", U32, align))
+        if not (flaw == "nokeys" and i == 1):
+            no = 0 if (flaw == "no" and i == 1) else i
+            count = 4 if (flaw == "count" and i == 2) else n
+            total = 7 if flaw == "total" else 2 * n
+            kvs += [("split.no", U16, no), ("split.count", U16, count),
+                    ("split.tensors.count", I32, total)]
+        tensors = []
+        for j in range(2):
+            name = f"blk.{i}.t{j}.weight"
+            if flaw == "dup" and i == 1 and j == 1:
+                name = "blk.0.t0.weight"
+            tensors.append((name, 0, [8, 2], bytes((i * 16 + j + k) % 256 for k in range(64))))
+        write_gguf(f"{a.prefix}-{i + 1:05d}-of-{n:05d}.gguf", kvs, tensors, align=align,
+                   version=version)
+
+
+def cmd_digest(a):
+    for path in a.files:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            h.update(str(size).encode())
+            off = 0
+            while off < size:
+                try:
+                    d = os.lseek(fd, off, os.SEEK_DATA)
+                except OSError:
+                    break
+                e = os.lseek(fd, d, os.SEEK_HOLE)
+                h.update(f"[{d},{e})".encode())
+                f.seek(d)
+                left = e - d
+                while left:
+                    b = f.read(min(left, 1 << 22))
+                    h.update(b)
+                    left -= len(b)
+                off = e
+        print(h.hexdigest(), path)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -189,15 +255,21 @@ def main():
     s = sub.add_parser("sparse")
     s.add_argument("out")
     s.add_argument("--gib", type=int, default=5)
+    s.add_argument("--dense-mib", type=int, default=0)
     s = sub.add_parser("dense")
     s.add_argument("out")
     s.add_argument("--mib", type=int, default=256)
     s = sub.add_parser("gguf-py-split")
     s.add_argument("out")
     s.add_argument("--max-tensors", type=int, default=6)
+    s = sub.add_parser("set")
+    s.add_argument("prefix")
+    s.add_argument("--flaw", default="ok")
+    s = sub.add_parser("digest")
+    s.add_argument("files", nargs="+")
     a = p.parse_args()
     {"types": cmd_types, "sparse": cmd_sparse, "dense": cmd_dense,
-     "gguf-py-split": cmd_gguf_py_split}[a.cmd](a)
+     "gguf-py-split": cmd_gguf_py_split, "set": cmd_set, "digest": cmd_digest}[a.cmd](a)
 
 
 if __name__ == "__main__":

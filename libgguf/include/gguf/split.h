@@ -94,7 +94,8 @@ int gguf_merge_plan(gguf_split_plan **out, const gguf_set *in, const char *outpu
  * Plan a split of `in` into PREFIX-NNNNN-of-MMMMM.gguf files. With neither
  * limit set, max_tensors is 128 (llama.cpp's default). Tensors are packed
  * greedily in set order; a part is closed when the next tensor would break a
- * limit. Sizes count the part's own header (its metadata, split keys and
+ * limit (part 1 may so end up with the metadata only, when the metadata leaves
+ * no room for the first tensor). Sizes count the part's own header (its metadata, split keys and
  * tensor infos) and every padding byte, so no part file exceeds max_size.
  * @return 0; GGUF_E_LIMIT (a single tensor, or the metadata of part 1, does
  *         not fit max_size; more than 65535 parts; the names are too long);

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# gguf-merge: round trips split -> merge over every tensor type, alignments, real files,
+# gguf-py's own split sets and generated models; limits, dry runs, manifests, verify.
+source "$(dirname "$0")/lib.sh"
+M=$GGUFKIT_BIN/gguf-merge
+I=$GGUFKIT_BIN/gguf-inspect
+FX=$GGUFKIT_SRC/tests/integration/merge_fixture.py
+command -v python3 >/dev/null || skip "python3 is needed for the fixtures"
+
+same() { if cmp -s "$1" "$2"; then pass; else fail "$1 and $2 differ"; fi; }
+size_of() { stat -c %s "$1"; }
+
+# Usage.
+expect 0 "$M" --help
+contains "$T/out" "--split-max-size"
+contains "$T/out" "Examples:"
+expect 2 "$M" --merge
+contains "$T/err" "expected INPUT and OUTPUT"
+expect 2 "$M" --merge --split a b
+contains "$T/err" "exclude each other"
+expect 2 "$M" --split --split-max-size 12Q a b
+contains "$T/err" "is not a size"
+expect 2 "$M" --split --split-max-tensors 0 a b
+expect 2 "$M" --merge --split-max-tensors 3 a b
+contains "$T/err" "apply to --split only"
+
+# Every tensor type, default and 64-byte alignment: split by tensors and by size,
+# merge from any part, byte-identical to the original.
+for align in 32 64; do
+    d=$T/types$align
+    mkdir -p "$d"
+    python3 "$FX" types "$d/m.gguf" --align $align
+    expect 0 "$M" --split --split-max-tensors 5 "$d/m.gguf" "$d/t"
+    contains "$T/out" "into 8 parts"
+    expect 0 "$M" --merge --verify "$d/t-00004-of-00008.gguf" "$d/back.gguf"
+    contains "$T/out" "verified 37 tensors"
+    same "$d/m.gguf" "$d/back.gguf"
+    # A hard size limit: no part is bigger, headers and padding included.
+    expect 0 "$M" --split --split-max-size 3K "$d/m.gguf" "$d/z"
+    n=0
+    for f in "$d"/z-*.gguf; do
+        n=$((n + 1))
+        if [ "$(size_of "$f")" -le 3072 ]; then pass; else fail "$f is over 3K"; fi
+    done
+    [ "$n" -gt 3 ] && pass || fail "only $n parts for a 3K limit"
+    expect 0 "$M" --merge "$d/z-00002-of-0000$n.gguf" "$d/back2.gguf"
+    same "$d/m.gguf" "$d/back2.gguf"
+done
+# The alignment is kept in every part.
+expect 0 "$I" "$T/types64/t-00008-of-00008.gguf"
+contains "$T/out" "alignment:   64"
+
+# A decimal size and a metadata-only first part; the dry run writes nothing.
+d=$T/dry
+mkdir -p "$d"
+python3 "$FX" types "$d/m.gguf"
+expect 0 "$M" --split --split-max-size 0.004M --no-tensor-first-split --dry-run "$d/m.gguf" "$d/p"
+contains "$T/out" "p-00001-of-"
+contains "$T/out" ": 0 tensors,"
+[ "$(ls "$d" | wc -l)" -eq 1 ] && pass || fail "--dry-run wrote files: $(ls "$d")"
+expect 0 "$M" --split --split-max-size 0.004M --no-tensor-first-split --json --dry-run "$d/m.gguf" "$d/p"
+python3 - "$T/out" <<'EOF' && pass || fail "--json dry run"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["dry_run"] and j["operation"] == "split"
+assert j["outputs"][0]["tensors"] == 0
+assert all(o["size"] <= 0.004 * 1048576 for o in j["outputs"])
+assert sum(o["tensors"] for o in j["outputs"]) == j["tensors"] == 37
+EOF
+expect 0 "$M" --split --split-max-size 0.004M --no-tensor-first-split "$d/m.gguf" "$d/p"
+expect 0 "$I" "$(ls "$d"/p-00001-of-*.gguf)"
+contains "$T/out" "split.count"
+expect 0 "$M" --merge "$(ls "$d"/p-00003-of-*.gguf)" "$d/back.gguf"
+same "$d/m.gguf" "$d/back.gguf"
+# The dry run of a merge reports an existing output like the real run.
+expect 2 "$M" --merge --dry-run "$(ls "$d"/p-00001-of-*.gguf)" "$d/back.gguf"
+contains "$T/err" "exists"
+
+# A split set written by gguf-py: merged, then split again the same way gives the
+# same bytes as gguf-py wrote.
+if python3 -c "import gguf, numpy" 2>/dev/null; then
+    d=$T/gp
+    mkdir -p "$d"
+    python3 "$FX" gguf-py-split "$d/gp" --max-tensors 6
+    expect 0 "$M" --merge --verify "$d/gp-00002-of-00004.gguf" "$d/merged.gguf"
+    expect 0 "$M" --split --split-max-tensors 6 "$d/merged.gguf" "$d/again"
+    for i in 1 2 3 4; do same "$d/gp-0000$i-of-00004.gguf" "$d/again-0000$i-of-00004.gguf"; done
+    expect 0 "$I" "$d/merged.gguf"
+    if grep -q "split\." "$T/out"; then fail "split.* keys left in the merged file"; else pass; fi
+fi
+
+# Manifest: the digests are gguf-inspect --hash's.
+d=$T/man
+mkdir -p "$d"
+python3 "$FX" types "$d/m.gguf"
+expect 0 "$M" --split --split-max-tensors 10 "$d/m.gguf" "$d/s"
+expect 0 "$M" --merge --manifest "$d/man.json" "$d/s-00001-of-00004.gguf" "$d/out.gguf"
+expect 2 "$M" --merge --manifest "$d/man.json" "$d/s-00001-of-00004.gguf" "$d/out2.gguf"
+contains "$T/err" "man.json: the manifest exists"
+if [ -x "$I" ]; then
+    expect 0 "$I" --hash "$d/out.gguf"
+    cp "$T/out" "$d/inspect.txt"
+    python3 - "$d/man.json" "$d/inspect.txt" <<'EOF' && pass || fail "manifest and gguf-inspect --hash differ"
+import json, sys
+m = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+assert m["schema"] == "ggufkit.merge-manifest/1"
+assert m["model_xxh3_128"] in text, "model digest"
+assert m["outputs"][0]["xxh3_128"] in text, "file digest"
+for t in m["tensors"]:
+    assert t["xxh3_128"] in text, t["name"]
+assert len(m["tensors"]) == 37 and len(m["inputs"]) == 4
+EOF
+fi
+
+# Real files from other tools (../shared/testdata), when present.
+if [ -n "$SHARED" ] && [ -d "$SHARED/models" ]; then
+    d=$T/real
+    mkdir -p "$d"
+    for f in "$SHARED"/models/*.gguf "$SHARED"/hf/*/model-q8_0.gguf; do
+        [ -f "$f" ] || continue
+        b=$(basename "$(dirname "$f")")-$(basename "$f" .gguf)
+        expect 0 "$M" --split --split-max-size 1M --verify "$f" "$d/$b"
+        expect 0 "$M" --merge --verify "$(ls "$d/$b"-00001-of-*.gguf)" "$d/$b.gguf"
+        same "$f" "$d/$b.gguf"
+    done
+fi
+
+# Models from the generator (every type it makes), when it has landed.
+if [ -x "$GEN" ] && "$GEN" --help >/dev/null 2>&1; then
+    d=$T/gen
+    mkdir -p "$d"
+    if "$GEN" --all-types "$d/g.gguf" >/dev/null 2>&1 || "$GEN" "$d/g.gguf" >/dev/null 2>&1; then
+        expect 0 "$M" --split --split-max-tensors 3 --verify "$d/g.gguf" "$d/g"
+        expect 0 "$M" --merge --verify "$(ls "$d"/g-00001-of-*.gguf)" "$d/back.gguf"
+        same "$d/g.gguf" "$d/back.gguf"
+    fi
+fi
+
+finish
