@@ -1,0 +1,482 @@
+/* ref-forward run: the reference forward pass of a GGUF model on the CPU,
+ * greedy decoding, logits as .npy, activation records. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gguf/forward.h"
+#include "gguf/hash.h"
+#include "gguf/model.h"
+#include "gguf/record.h"
+#include "ref_forward.h"
+
+enum {
+    OPT_TOKENS = 256,
+    OPT_JSON,
+    OPT_LOGITS,
+    OPT_PRECISION,
+    OPT_MLA,
+    OPT_THREADS,
+    OPT_RECORD,
+    OPT_ZSTD,
+    OPT_BOS,
+    OPT_DENSE_INDEXER,
+    OPT_TOPK,
+    OPT_STATS,
+};
+
+static const cli_opt options[] = {
+    {OPT_TOKENS, "tokens", 1, "IDS", "input token ids, comma-separated (default: BOS)"},
+    {'n', "n-predict", 1, "K", "greedy-decode K tokens after the input (default 0)"},
+    {OPT_BOS, "bos", 0, NULL, "prepend the model's BOS token to --tokens"},
+    {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/ref-forward.md)"},
+    {OPT_LOGITS, "logits", 1, "OUT.npy", "write float32 [n_tokens, n_vocab] logits of every position"},
+    {OPT_RECORD, "record", 1, "OUT.gguf", "write every capture point as an activation record"},
+    {OPT_ZSTD, "zstd", 0, NULL, "zstd-compress the --record file"},
+    {OPT_PRECISION, "precision", 1, "f32|f64", "f32 compute with f64 sums (default), or all f64"},
+    {OPT_MLA, "mla", 1, "plain|absorbed", "MLA attention: kv_b expanded per head (default) or absorbed"},
+    {OPT_DENSE_INDEXER, "dense-indexer", 0, NULL, "glm-dsa: attend to every key (ignore the indexer)"},
+    {OPT_TOPK, "indexer-top-k", 1, "K", "glm-dsa: override the indexer's top-k"},
+    {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
+    {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
+    {0, NULL, 0, NULL, NULL},
+};
+
+static const cli_spec spec = {
+    REF_FORWARD_TOOL,
+    "[run] MODEL.gguf [OPTIONS]\n       ref-forward compare A.gguf B.gguf [OPTIONS]",
+    "Run the reference forward pass of a GGUF model (or split set) on the CPU: f32 compute\n"
+    "with f64 accumulation, weights streamed layer by layer from the file. Prints the\n"
+    "greedy continuation of the input, writes logits and activation records.",
+    options,
+    "  ref-forward stories260K.gguf -n 32\n"
+    "  ref-forward model.gguf --tokens 1,17,42 --logits logits.npy\n"
+    "  ref-forward model.gguf --tokens 1,2,3 -n 8 --json\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --record ref.gguf --zstd\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --precision f64 --mla absorbed\n",
+};
+
+typedef struct run_opts {
+    const char *model;
+    int32_t *tokens;
+    int64_t n_tokens;
+    int64_t n_predict;
+    bool bos, json, zstd, stats;
+    const char *logits_path, *record_path;
+    gguf_fwd_opts fo;
+} run_opts;
+
+static int parse_tokens(const char *s, run_opts *o)
+{
+    int64_t cap = 16;
+    o->tokens = malloc((size_t)cap * sizeof(int32_t));
+    if (!o->tokens)
+        return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ','))
+            return -1;
+        if (o->n_tokens == cap) {
+            cap *= 2;
+            int32_t *t = realloc(o->tokens, (size_t)cap * sizeof(int32_t));
+            if (!t)
+                return -1;
+            o->tokens = t;
+        }
+        o->tokens[o->n_tokens++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return -1;
+    }
+    return o->n_tokens > 0 ? 0 : -1;
+}
+
+/* ---- .npy writer (temp file, fsync, rename) ---- */
+
+static int write_npy(const char *path, const float *data, int64_t rows, int64_t cols,
+                     gguf_error *err)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        snprintf(err->message, sizeof err->message, "%s: path too long", path);
+        err->code = GGUF_E_INVALID;
+        return err->code;
+    }
+    char hdr[128];
+    int n = snprintf(hdr, sizeof hdr,
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                     (long long)rows, (long long)cols);
+    int total = 10 + n + 1;
+    int pad = (64 - total % 64) % 64;
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        goto io;
+    unsigned hlen = (unsigned)(n + pad + 1);
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xFF),
+                             (unsigned char)(hlen >> 8)};
+    fwrite(pre, 1, 10, f);
+    fwrite(hdr, 1, (size_t)n, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    fwrite(data, sizeof(float), (size_t)(rows * cols), f);
+    if (fflush(f) || ferror(f) || fsync(fileno(f))) {
+        fclose(f);
+        unlink(tmp);
+        goto io;
+    }
+    if (fclose(f) || rename(tmp, path)) {
+        unlink(tmp);
+        goto io;
+    }
+    return 0;
+io:
+    err->code = errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO;
+    snprintf(err->message, sizeof err->message, "%s: %s", path, strerror(errno));
+    err->offset = GGUF_NO_OFFSET;
+    return err->code;
+}
+
+/* ---- record sink ---- */
+
+typedef struct rec_sink {
+    gguf_record_writer *w;
+    int64_t prompt;       /* record only the first eval (the input tokens) */
+    bool done;
+} rec_sink;
+
+static int rec_capture(void *user, const gguf_fwd_capture *cap)
+{
+    rec_sink *s = user;
+    if (s->done || !s->w)
+        return 0;
+    int64_t ne[2] = {cap->ne[0], cap->ne[1]};
+    gguf_error e;
+    return gguf_record_add(s->w, cap->name, 0, 2, ne, cap->data, &e);
+}
+
+/* Length of a valid UTF-8 sequence at s (n bytes left), or 0. */
+static int utf8_valid(const unsigned char *s, size_t n)
+{
+    if (s[0] < 0x80)
+        return 1;
+    int len = (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || (size_t)len > n || (len == 2 && s[0] < 0xC2))
+        return 0;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* A JSON string; bytes that are not UTF-8 (a token can end inside a
+ * character) become U+FFFD so that the output stays valid JSON. */
+static void print_text_json(FILE *out, const char *s)
+{
+    size_t n = strlen(s), at = 0, cap = n * 3 + 1;
+    char *clean = malloc(cap);
+    if (!clean) {
+        cli_json_str(out, "", 0);
+        return;
+    }
+    for (size_t i = 0; i < n;) {
+        int l = utf8_valid((const unsigned char *)s + i, n - i);
+        if (l == 0) {
+            memcpy(clean + at, "\xEF\xBF\xBD", 3);
+            at += 3;
+            i++;
+        } else {
+            memcpy(clean + at, s + i, (size_t)l);
+            at += (size_t)l;
+            i += (size_t)l;
+        }
+    }
+    cli_json_str(out, clean, at);
+    free(clean);
+}
+
+int refwd_run_main(int argc, char **argv)
+{
+    run_opts o = {0};
+    int c, optind_ = 1;
+    const char *arg;
+    int ret = CLI_EXIT_USAGE;
+    gguf_set *set = NULL;
+    gguf_model *m = NULL;
+    gguf_fwd_ctx *ctx = NULL;
+    float *logits = NULL;
+    int32_t *gen = NULL;
+    char *text = NULL;
+    rec_sink sink = {0};
+    gguf_error err = {0};
+
+    for (;;) {
+        c = cli_next(&spec, argc, argv, &arg, &optind_);
+        if (c == -1) {
+            if (optind_ >= argc)
+                break;
+            if (o.model) {
+                cli_errorf(spec.tool, "unexpected argument '%s' (see --help)", argv[optind_]);
+                goto done;
+            }
+            o.model = argv[optind_];
+            optind = optind_ + 1;
+            continue;
+        }
+        uint64_t v;
+        switch (c) {
+        case OPT_TOKENS:
+            if (parse_tokens(arg, &o)) {
+                cli_errorf(spec.tool, "--tokens: '%s' is not a comma-separated list of ids", arg);
+                goto done;
+            }
+            break;
+        case 'n':
+            if (cli_parse_u64(arg, &v) || v > 1000000) {
+                cli_errorf(spec.tool, "-n: '%s' is not a count", arg);
+                goto done;
+            }
+            o.n_predict = (int64_t)v;
+            break;
+        case OPT_BOS: o.bos = true; break;
+        case OPT_JSON: o.json = true; break;
+        case OPT_ZSTD: o.zstd = true; break;
+        case OPT_STATS: o.stats = true; break;
+        case OPT_LOGITS: o.logits_path = arg; break;
+        case OPT_RECORD: o.record_path = arg; break;
+        case OPT_DENSE_INDEXER: o.fo.dense_indexer = true; break;
+        case OPT_PRECISION:
+            if (strcmp(arg, "f32") == 0)
+                o.fo.precision = GGUF_FWD_F32;
+            else if (strcmp(arg, "f64") == 0)
+                o.fo.precision = GGUF_FWD_F64;
+            else {
+                cli_errorf(spec.tool, "--precision: '%s' is not f32 or f64", arg);
+                goto done;
+            }
+            break;
+        case OPT_MLA:
+            if (strcmp(arg, "plain") == 0)
+                o.fo.mla_mode = GGUF_FWD_MLA_PLAIN;
+            else if (strcmp(arg, "absorbed") == 0)
+                o.fo.mla_mode = GGUF_FWD_MLA_ABSORBED;
+            else {
+                cli_errorf(spec.tool, "--mla: '%s' is not plain or absorbed", arg);
+                goto done;
+            }
+            break;
+        case OPT_TOPK:
+            if (cli_parse_u64(arg, &v) || v < 1 || v > INT32_MAX) {
+                cli_errorf(spec.tool, "--indexer-top-k: '%s' is not a positive count", arg);
+                goto done;
+            }
+            o.fo.idx_top_k = (int64_t)v;
+            break;
+        case OPT_THREADS:
+            if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
+                cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
+                goto done;
+            }
+            o.fo.n_threads = (int)v;
+            break;
+        }
+    }
+    if (!o.model) {
+        cli_errorf(spec.tool, "expected a MODEL.gguf argument (see --help)");
+        goto done;
+    }
+    if (o.zstd && !o.record_path) {
+        cli_errorf(spec.tool, "--zstd needs --record");
+        goto done;
+    }
+
+    int rc = gguf_set_open(&set, o.model, NULL, &err);
+    if (!rc)
+        rc = gguf_model_open(&m, set, &err);
+    if (rc) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    const gguf_hparams *hp = gguf_model_hparams(m);
+    const gguf_file *meta = gguf_set_meta(set);
+    const int32_t bos = gguf_fwd_token_bos(meta), eos = gguf_fwd_token_eos(meta);
+    if (o.n_tokens == 0 || o.bos) {
+        if (bos < 0) {
+            cli_errorf(spec.tool, "%s: no tokenizer.ggml.bos_token_id; give --tokens", o.model);
+            goto done;
+        }
+        int32_t *t = malloc((size_t)(o.n_tokens + 1) * sizeof(int32_t));
+        if (!t) {
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
+        t[0] = bos;
+        if (o.n_tokens)
+            memcpy(t + 1, o.tokens, (size_t)o.n_tokens * sizeof(int32_t));
+        free(o.tokens);
+        o.tokens = t;
+        o.n_tokens++;
+    }
+    for (int64_t i = 0; i < o.n_tokens; i++)
+        if (o.tokens[i] >= hp->n_vocab) {
+            cli_errorf(spec.tool, "--tokens: id %d is outside the vocabulary of %s (%lld tokens)",
+                       o.tokens[i], o.model, (long long)hp->n_vocab);
+            goto done;
+        }
+
+    if (o.record_path) {
+        gguf_digest dg;
+        char hex[GGUF_DIGEST_HEX];
+        rc = gguf_digest_set(set, NULL, &dg, o.fo.n_threads ? o.fo.n_threads : 1, NULL, &err);
+        if (rc) {
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
+            goto done;
+        }
+        gguf_digest_hex(&dg, hex);
+        gguf_record_meta rm = {0};
+        rm.model_digest = hex;
+        rm.tokens = o.tokens;
+        rm.n_tokens = (uint64_t)o.n_tokens;
+        rm.backend = "cpu";
+        rm.precision = o.fo.precision == GGUF_FWD_F64 ? "f64" : "f32";
+        rm.tp = rm.ep = rm.ranks = 1;
+        rm.plan_digest = "";
+        rm.arch = hp->arch_name;
+        rm.fault = "";
+        gguf_record_opts ro = {0};
+        ro.zstd = o.zstd;
+        ro.overwrite = true;
+        rc = gguf_record_writer_create(&sink.w, o.record_path, &rm, &ro, &err);
+        if (rc) {
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
+            goto done;
+        }
+        o.fo.capture = rec_capture;
+        o.fo.capture_user = &sink;
+    }
+
+    rc = gguf_fwd_ctx_create(&ctx, m, &o.fo, &err);
+    const int64_t V = hp->n_vocab;
+    const int64_t n_rows = o.n_tokens + (o.n_predict > 1 ? o.n_predict - 1 : 0);
+    logits = malloc((size_t)(n_rows * V) * sizeof(float) + 1);
+    gen = malloc((size_t)(o.n_predict + 1) * sizeof(int32_t));
+    if (!rc && (!logits || !gen)) {
+        rc = GGUF_E_NOMEM;
+        snprintf(err.message, sizeof err.message, "out of memory for logits");
+    }
+    if (!rc)
+        rc = gguf_fwd_eval(ctx, o.tokens, o.n_tokens, logits, &err);
+    sink.done = true;
+    int64_t n_gen = 0;
+    for (int64_t k = 0; !rc && k < o.n_predict; k++) {
+        const float *last = logits + (o.n_tokens + k - 1) * V;
+        int32_t next = (int32_t)gguf_fwd_argmax(last, V);
+        gen[n_gen++] = next;
+        if (next == eos || k + 1 == o.n_predict)
+            break;
+        rc = gguf_fwd_eval(ctx, &next, 1, logits + (o.n_tokens + k) * V, &err);
+    }
+    if (rc) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    const int64_t rows_done = gguf_fwd_ctx_n_past(ctx);
+    if (sink.w && (rc = gguf_record_writer_finish(sink.w, &err))) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    if (o.logits_path && (rc = write_npy(o.logits_path, logits, rows_done, V, &err))) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    /* detokenize */
+    size_t tcap = (size_t)(n_gen + 1) * 64 + 1, tlen = 0;
+    text = malloc(tcap);
+    if (!text) {
+        ret = CLI_EXIT_ENV;
+        goto done;
+    }
+    text[0] = 0;
+    for (int64_t i = 0; i < n_gen; i++) {
+        char piece[256];
+        int l = gguf_fwd_token_text(meta, gen[i], piece, sizeof piece);
+        if (l > 0 && tlen + (size_t)l < tcap) {
+            memcpy(text + tlen, piece, (size_t)l);
+            tlen += (size_t)l;
+            text[tlen] = 0;
+        }
+    }
+    gguf_fwd_stats st;
+    gguf_fwd_ctx_stats(ctx, &st);
+    if (o.json) {
+        printf("{\"model\": ");
+        print_text_json(stdout, o.model);
+        printf(", \"arch\": ");
+        print_text_json(stdout, hp->arch_name);
+        printf(", \"precision\": \"%s\", \"n_vocab\": %lld, \"tokens\": [",
+               o.fo.precision == GGUF_FWD_F64 ? "f64" : "f32", (long long)V);
+        for (int64_t i = 0; i < o.n_tokens; i++)
+            printf("%s%d", i ? ", " : "", o.tokens[i]);
+        printf("], \"generated\": [");
+        for (int64_t i = 0; i < n_gen; i++)
+            printf("%s%d", i ? ", " : "", gen[i]);
+        printf("], \"text\": ");
+        print_text_json(stdout, text);
+        printf(", \"next_token\": %lld", (long long)gguf_fwd_argmax(logits + (o.n_tokens - 1) * V, V));
+        printf(", \"stats\": {\"seconds\": ");
+        cli_json_num(stdout, st.seconds);
+        printf(", \"weight_bytes\": %llu, \"peak_weight_bytes\": %llu, \"experts_loaded\": %llu}}\n",
+               (unsigned long long)st.weight_bytes, (unsigned long long)st.peak_weight_bytes,
+               (unsigned long long)st.experts_loaded);
+    } else {
+        if (cli_verbosity > 0) {
+            printf("model: %s (%s, %lld blocks, vocab %lld)\n", o.model, hp->arch_name,
+                   (long long)hp->n_layer_main, (long long)V);
+            printf("tokens:");
+            for (int64_t i = 0; i < o.n_tokens; i++)
+                printf(" %d", o.tokens[i]);
+            printf("\n");
+            printf("next: %lld\n", (long long)gguf_fwd_argmax(logits + (o.n_tokens - 1) * V, V));
+        }
+        if (o.n_predict > 0) {
+            printf("generated:");
+            for (int64_t i = 0; i < n_gen; i++)
+                printf(" %d", gen[i]);
+            printf("\ntext: %s\n", text);
+        }
+        if (o.stats || cli_verbosity > 1) {
+            char b1[32], b2[32];
+            printf("stats: %.3f s, %s of weights streamed, peak %s dequantized at once, "
+                   "%llu experts loaded\n",
+                   st.seconds, cli_human_bytes(st.weight_bytes, b1, sizeof b1),
+                   cli_human_bytes(st.peak_weight_bytes, b2, sizeof b2),
+                   (unsigned long long)st.experts_loaded);
+        }
+    }
+    ret = CLI_EXIT_OK;
+done:
+    gguf_record_writer_free(sink.w);
+    gguf_fwd_ctx_free(ctx);
+    gguf_model_free(m);
+    gguf_set_close(set);
+    free(o.tokens);
+    free(logits);
+    free(gen);
+    free(text);
+    return ret;
+}
