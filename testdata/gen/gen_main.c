@@ -323,8 +323,11 @@ int main(int argc, char **argv)
             int id = pend[i].id;
             const char *a = pend[i].arg;
             bool bad = false;
-            if (id >= O_LAYERS && id < O_SIZES_END)
-                bad = parse_u32(a, size_field(&m, id)) != 0;
+            if (id >= O_LAYERS && id < O_SIZES_END) {
+                /* 0 is a choice for these four, and no size for the rest */
+                bool zero_ok = id == O_Q_LORA || id == O_DENSE || id == O_SHARED || id == O_NEXTN;
+                bad = parse_u32(a, size_field(&m, id)) != 0 || (!zero_ok && !*size_field(&m, id));
+            }
             else if (id == O_ROPE_BASE)
                 bad = parse_f32(a, &m.rope_base) != 0;
             else if (id == O_RMS_EPS)
