@@ -138,10 +138,11 @@ static int classify_block(uint32_t type, const uint8_t *b)
     int flags = 0;
     const int n = f16_fields(type, off);
     if (n > 0) {
-        /* a zero dmin / m is normal (no offset); only d counts as zero */
+        /* a zero or tiny dmin / m is normal (little or no offset): only d
+         * counts as zero or subnormal; any field counts when NaN or Inf */
         flags |= classify_f16(rd16(b + off[0]));
         if (n > 1)
-            flags |= classify_f16(rd16(b + off[1])) & ~SC_ZERO;
+            flags |= classify_f16(rd16(b + off[1])) & (SC_NAN | SC_INF);
         return flags;
     }
     switch (type) {
