@@ -20,6 +20,7 @@
 #include <libgen.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -535,6 +536,17 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
     for (uint32_t k = 0; k < p->n_parts; k++) {
         if ((rc = write_part(in, p, k, &cs, err))) {
             remove_outputs(p, written);
+            if (rc == GGUF_E_NOSPACE && err) {
+                /* Say it plainly: EFBIG (a file size limit) reads "File too large". */
+                char why[sizeof err->message];
+                int e = err->sys_errno;
+                snprintf(why, sizeof why, "%s", err->message);
+                gguf_fail(err, rc, GGUF_NO_OFFSET,
+                          "%s: disk full while writing (%s); the partial output was removed "
+                          "and the inputs are untouched",
+                          p->parts[k].path, why);
+                err->sys_errno = e;
+            }
             goto fail;
         }
         written++;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# gguf-merge under faults: disk full (RLIMIT_FSIZE, a small tmpfs), SIGINT and SIGTERM in
+# the middle of a merge of a sparse set over 4 GiB, --delete-inputs ordering. Each time:
+# a clear error, exit 3, no temporary file, no output, inputs untouched.
+source "$(dirname "$0")/lib.sh"
+M=$GGUFKIT_BIN/gguf-merge
+FX=$GGUFKIT_SRC/tests/integration/merge_fixture.py
+command -v python3 >/dev/null || skip "python3 is needed for the fixtures"
+
+no_temp() { # DIR
+    if ls -A "$1" | grep -q '\.tmp$'; then fail "temporary file left in $1: $(ls -A "$1")"; else pass; fi
+}
+absent() { if [ -e "$1" ]; then fail "$1 exists"; else pass; fi; }
+sums() { python3 "$FX" digest "$@"; }
+
+# --- disk full through RLIMIT_FSIZE (the tool ignores SIGXFSZ, so writes fail with EFBIG)
+d=$T/full
+mkdir -p "$d"
+python3 "$FX" types "$d/m.gguf"
+python3 "$FX" dense "$d/dense.gguf" --mib 8
+"$M" -q --split --split-max-tensors 10 "$d/m.gguf" "$d/s"
+"$M" -q --split --split-max-tensors 2 "$d/dense.gguf" "$d/big"
+rm "$d/m.gguf" "$d/dense.gguf"
+before=$(sums "$d"/*.gguf)
+# Small output, buffered writes; then 8 MiB of kernel copies (copy_file_range) over a 4 MiB limit.
+expect 3 bash -c "ulimit -f 8; exec '$M' --merge '$d/s-00001-of-00004.gguf' '$d/out.gguf'"
+contains "$T/err" "out.gguf: disk full while writing"
+contains "$T/err" "the partial output was removed"
+absent "$d/out.gguf"
+no_temp "$d"
+expect 3 bash -c "ulimit -f 4096; exec '$M' --merge --delete-inputs '$d/big-00001-of-00002.gguf' '$d/out.gguf'"
+contains "$T/err" "disk full while writing"
+absent "$d/out.gguf"
+no_temp "$d"
+# A split fails the same way, and removes the parts it had finished.
+expect 3 bash -c "ulimit -f 3000; exec '$M' --split --split-max-size 5M --no-tensor-first-split '$d/big-00001-of-00002.gguf' '$d/re'"
+contains "$T/err" "disk full while writing"
+if ls "$d" | grep -q '^re-'; then fail "finished parts of a failed split were left"; else pass; fi
+no_temp "$d"
+after=$(sums "$d"/*.gguf)
+[ "$before" = "$after" ] && pass || fail "an input changed after disk-full failures"
+
+# --- a file system too small: refused by the free-space check before writing
+if [ "$(id -u)" -eq 0 ] && mkdir -p "$T/small" && mount -t tmpfs -o size=2m tmpfs "$T/small" 2>/dev/null; then
+    expect 3 "$M" --merge "$d/big-00002-of-00002.gguf" "$T/small/out.gguf"
+    contains "$T/err" "not enough free space"
+    [ -z "$(ls -A "$T/small")" ] && pass || fail "files left on the small file system"
+    # A small merge fits and works there.
+    expect 0 "$M" --merge "$d/s-00001-of-00004.gguf" "$T/small/out.gguf"
+    umount "$T/small"
+else
+    echo "note: cannot mount a tmpfs here; the free-space refusal is not tested"
+fi
+
+# --- --delete-inputs: only after the output is complete, synced and verified
+d2=$T/del
+mkdir -p "$d2"
+cp "$d"/s-0000*.gguf "$d2/"
+expect 0 "$M" --merge --delete-inputs "$d2/s-00003-of-00004.gguf" "$d2/out.gguf"
+contains "$T/out" "verified 37 tensors"
+contains "$T/out" "deleted 4 input parts"
+[ "$(ls "$d2")" = "out.gguf" ] && pass || fail "after --delete-inputs: $(ls "$d2")"
+expect 0 "$M" --merge --verify "$d/s-00001-of-00004.gguf" "$d2/again.gguf"
+cmp -s "$d2/out.gguf" "$d2/again.gguf" && pass || fail "--delete-inputs output differs"
+
+# --- interrupts in the middle of merging a sparse set over 4 GiB
+d=$T/sig
+mkdir -p "$d"
+python3 "$FX" sparse "$d/m.gguf" --gib 5 --dense-mib 160 >/dev/null
+expect 0 "$M" --split --split-max-size 2G --verify --manifest "$d/split.json" "$d/m.gguf" "$d/s"
+rm "$d/m.gguf"
+parts=$(ls "$d"/s-*.gguf | wc -l)
+[ "$parts" -eq 3 ] && pass || fail "wanted 3 parts, got $parts"
+first=$d/s-00001-of-00003.gguf
+before=$(sums "$d"/s-*.gguf)
+
+interrupt() { # SIGNAL
+    local rc=0 i
+    "$M" --merge "$first" "$d/out.gguf" >"$T/out" 2>"$T/err" &
+    local pid=$!
+    for i in $(seq 1 4000); do
+        ls -A "$d" | grep -q '\.tmp$' && break
+        kill -0 $pid 2>/dev/null || break
+    done
+    kill -"$1" $pid 2>/dev/null || true
+    wait $pid || rc=$?
+    if [ $rc -eq 0 ]; then
+        echo "note: the merge finished before SIG$1 arrived; not counted"
+        rm -f "$d/out.gguf"
+        return
+    fi
+    [ $rc -eq 3 ] && pass || fail "SIG$1: exit $rc, wanted 3: $(cat "$T/err")"
+    contains "$T/err" "interrupted"
+    absent "$d/out.gguf"
+    no_temp "$d"
+}
+interrupt INT
+interrupt TERM
+after=$(sums "$d"/s-*.gguf)
+[ "$before" = "$after" ] && pass || fail "an input changed after interrupts"
+
+# The full merge of the >4 GiB set: verified, holes kept (little disk), same model digest.
+expect 0 "$M" --merge --verify --manifest "$d/merge.json" "$d/s-00002-of-00003.gguf" "$d/out.gguf"
+contains "$T/out" "verified"
+[ "$(stat -c %s "$d/out.gguf")" -gt 5000000000 ] && pass || fail "merged file is not over 4 GiB"
+[ "$(du -k "$d/out.gguf" | cut -f1)" -lt 400000 ] && pass || fail "holes were not kept: $(du -k "$d/out.gguf")"
+python3 - "$d/split.json" "$d/merge.json" <<'EOF' && pass || fail "model digests of split and merge differ"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["model_xxh3_128"] == b["model_xxh3_128"]
+assert [t["xxh3_128"] for t in a["tensors"]] == [t["xxh3_128"] for t in b["tensors"]]
+EOF
+
+finish
