@@ -123,6 +123,8 @@ def cmd_types(a):
         kvs.append(("general.alignment", U32, a.align))
     tensors = []
     for tid, (name, bs, ts) in sorted(TYPES.items()):
+        if name in a.skip.split(","):
+            continue
         ne0 = bs if bs > 1 else 33  # an odd width for plain types: padding is exercised
         ne = [ne0, 3]
         nbytes = 3 * (ne0 // bs) * ts
@@ -252,6 +254,7 @@ def main():
     s.add_argument("out")
     s.add_argument("--align", type=int, default=32)
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--skip", default="", help="type names to leave out, comma-separated")
     s = sub.add_parser("sparse")
     s.add_argument("out")
     s.add_argument("--gib", type=int, default=5)
