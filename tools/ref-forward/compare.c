@@ -1,0 +1,475 @@
+/* ref-forward compare: two activation records, capture point by capture point. */
+#include "compare.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gguf/record.h"
+#include "ref_forward.h"
+
+enum { OPT_JSON = 300, OPT_HTML, OPT_TOL, OPT_ANY_MODEL, OPT_ANY_TOKENS, OPT_ALL };
+
+static const cli_opt compare_opts[] = {
+    {OPT_TOL, "tol", 1, "SPEC",
+     "tolerances: 1e-3 (rel_l2) or rel_l2=1e-3,kl=1e-4,top1=off,... over the defaults"},
+    {OPT_JSON, "json", 0, NULL, "print one JSON object (schema in docs/records.md)"},
+    {OPT_HTML, "html", 1, "REPORT.html", "also write a self-contained HTML report with a plot"},
+    {OPT_ALL, "all", 0, NULL, "list every rank in the table (default: the worst rank per point)"},
+    {OPT_ANY_MODEL, "any-model", 0, NULL, "compare records of different models (e.g. Q4 vs F16)"},
+    {OPT_ANY_TOKENS, "any-tokens", 0, NULL, "compare records of different token lists"},
+    {0, NULL, 0, NULL, NULL},
+};
+
+static const cli_spec compare_spec = {
+    .tool = REF_FORWARD_TOOL " compare",
+    .usage = "A.gguf B.gguf [OPTIONS]",
+    .summary =
+        "Compare activation record B against reference A (records from ref-forward --record,\n"
+        "plain or zstd-compressed): per capture point relative L2 error, max abs error, cosine;\n"
+        "for logits KL divergence, top-1 agreement and top-5 overlap; for router captures the\n"
+        "sets of chosen experts. The first point over tolerance (layer, op, rank) is printed\n"
+        "first. Default tolerances follow the records' precisions (docs/records.md).",
+    .opts = compare_opts,
+    .examples =
+        "  ref-forward compare ref.gguf tp4.gguf\n"
+        "  ref-forward compare golden.gguf.zst new.gguf --tol rel_l2=1e-3 --html report.html\n"
+        "  ref-forward compare ref.gguf engine.gguf --json | jq .first_divergence\n",
+};
+
+static const char *kind_name(uint32_t k)
+{
+    switch (k) {
+    case GGUF_CMP_KIND_LOGITS: return "logits";
+    case GGUF_CMP_KIND_EXPERTS: return "experts";
+    case GGUF_CMP_KIND_WEIGHTS: return "weights";
+    default: return "tensor";
+    }
+}
+
+/* "rel_l2 0.93 > 0.0001, cosine 0.1 < 0.999999" for the bits over tolerance. */
+static void over_text(const gguf_cmp_entry *e, const gguf_tol *t, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (uint32_t bit = 1; bit <= GGUF_CMP_NONFINITE && k < n; bit <<= 1) {
+        if (!(e->over & bit))
+            continue;
+        const char *sep = k ? ", " : "";
+        int w;
+        switch (bit) {
+        case GGUF_CMP_REL_L2: w = snprintf(buf + k, n - k, "%srel_l2 %.3g > %.3g", sep, e->rel_l2, t->rel_l2); break;
+        case GGUF_CMP_MAX_ABS: w = snprintf(buf + k, n - k, "%smax_abs %.3g > %.3g", sep, e->max_abs, t->max_abs); break;
+        case GGUF_CMP_COSINE: w = snprintf(buf + k, n - k, "%scosine %.9f < %.9f", sep, e->cosine, t->cosine); break;
+        case GGUF_CMP_KL: w = snprintf(buf + k, n - k, "%skl %.3g > %.3g", sep, e->kl, t->kl); break;
+        case GGUF_CMP_TOP1: w = snprintf(buf + k, n - k, "%stop1 %.3f < %.3f", sep, e->top1, t->top1); break;
+        case GGUF_CMP_TOP5: w = snprintf(buf + k, n - k, "%stop5 %.3f < %.3f", sep, e->top5, t->top5); break;
+        case GGUF_CMP_EXPERTS: w = snprintf(buf + k, n - k, "%sexperts %.3f < %.3f", sep, e->experts, t->experts); break;
+        default: w = snprintf(buf + k, n - k, "%s%lld NaN/Inf values where A is finite", sep, (long long)e->nonfinite_b); break;
+        }
+        if (w < 0)
+            break;
+        k += (size_t)w;
+    }
+}
+
+static void describe(FILE *out, const char *tag, const gguf_record *r)
+{
+    const gguf_record_meta *m = gguf_record_get_meta(r);
+    fprintf(out, "%s: %s (%s%s, %s, tp %u, ep %u, %u rank%s, %llu tokens%s%s)\n", tag,
+            gguf_record_path(r), *m->backend ? m->backend : "?", "",
+            *m->precision ? m->precision : "f32", m->tp, m->ep, m->ranks, m->ranks == 1 ? "" : "s",
+            (unsigned long long)m->n_tokens, *m->fault ? ", fault " : "", m->fault);
+}
+
+static void print_bound(FILE *out, const char *name, const char *op, double v, bool *first)
+{
+    if (v < 0)
+        return;
+    fprintf(out, "%s%s %s %.3g", *first ? "" : ", ", name, op, v);
+    *first = false;
+}
+
+static void print_tol(FILE *out, const gguf_cmp_result *res)
+{
+    const gguf_tol *t = &res->tol;
+    bool first = true;
+    fprintf(out, "tolerance (%s): ", res->tol_origin);
+    print_bound(out, "rel_l2", "<=", t->rel_l2, &first);
+    print_bound(out, "max_abs", "<=", t->max_abs, &first);
+    if (t->cosine >= 0) {
+        fprintf(out, "%scosine >= %.12g", first ? "" : ", ", t->cosine);
+        first = false;
+    }
+    print_bound(out, "kl", "<=", t->kl, &first);
+    print_bound(out, "top1", ">=", t->top1, &first);
+    print_bound(out, "top5", ">=", t->top5, &first);
+    print_bound(out, "experts", ">=", t->experts, &first);
+    fputc('\n', out);
+}
+
+/* Of the entries [i, j) of one point, the one to show: first over, else worst rel_l2. */
+static int64_t pick(const gguf_cmp_result *res, int64_t i, int64_t j)
+{
+    int64_t best = i;
+    for (int64_t k = i; k < j; k++) {
+        const gguf_cmp_entry *e = &res->entries[k], *b = &res->entries[best];
+        if (e->over && !b->over)
+            return k;
+        if (!b->over && (e->rel_l2 > b->rel_l2 || isnan(e->rel_l2)))
+            best = k;
+    }
+    return best;
+}
+
+static void print_table(FILE *out, const gguf_record *a, const gguf_record *b,
+                        const gguf_cmp_result *res, bool all)
+{
+    describe(out, "A", a);
+    describe(out, "B", b);
+    print_tol(out, res);
+    if (res->first >= 0) {
+        const gguf_cmp_entry *e = &res->entries[res->first];
+        char why[512];
+        over_text(e, &res->tol, why, sizeof why);
+        fprintf(out, "\nFIRST DIVERGENCE: %s (", e->point);
+        if (e->layer >= 0)
+            fprintf(out, "layer %d", e->layer);
+        else
+            fprintf(out, "no layer");
+        fprintf(out, ", op %s, rank %u): %s\n", e->op, e->rank, why);
+        if (e->kind == GGUF_CMP_KIND_EXPERTS)
+            fprintf(out, "  first token with other experts: %lld\n",
+                    (long long)e->experts_first_row);
+        else
+            fprintf(out, "  largest difference: token %lld, column %lld, |b - a| = %.4g\n",
+                    (long long)e->max_abs_row, (long long)e->max_abs_col, e->max_abs);
+    }
+    fprintf(out, "\n%-24s %5s %10s %10s %14s  %-30s %s\n", "point", "rank", "rel_l2", "max_abs",
+            "cosine", "logits / router", "status");
+    for (int64_t i = 0; i < res->n_entries;) {
+        int64_t j = i;
+        while (j < res->n_entries && res->entries[j].point == res->entries[i].point)
+            j++;
+        for (int64_t k = all ? i : pick(res, i, j); k < (all ? j : pick(res, i, j) + 1); k++) {
+            const gguf_cmp_entry *e = &res->entries[k];
+            char rank[16], extra[64] = "";
+            if (res->ranks == 1)
+                snprintf(rank, sizeof rank, "-");
+            else
+                snprintf(rank, sizeof rank, "%u", e->rank);
+            if (e->kind == GGUF_CMP_KIND_LOGITS)
+                snprintf(extra, sizeof extra, "kl %.2e top1 %.3f top5 %.3f", e->kl, e->top1,
+                         e->top5);
+            else if (e->kind == GGUF_CMP_KIND_EXPERTS || e->kind == GGUF_CMP_KIND_WEIGHTS)
+                snprintf(extra, sizeof extra, "experts %.3f", e->experts);
+            const char *status = !e->over ? "ok" : k == res->first ? "OVER (first)" : "OVER";
+            if (e->kind == GGUF_CMP_KIND_EXPERTS)
+                fprintf(out, "%-24s %5s %10s %10s %14s  %-30s %s\n", e->point, rank, "-", "-",
+                        "-", extra, status);
+            else
+                fprintf(out, "%-24s %5s %10.3e %10.3e %14.10f  %-30s %s\n", e->point, rank,
+                        e->rel_l2, e->max_abs, e->cosine, extra, status);
+        }
+        i = j;
+    }
+    if (res->extra_in_b)
+        fprintf(out, "\n%lld capture(s) of B have no counterpart in A (not compared)\n",
+                (long long)res->extra_in_b);
+    if (res->first >= 0)
+        fprintf(out, "\nresult: DIFFERENT: %lld of %lld comparisons over tolerance\n",
+                (long long)res->n_over, (long long)res->n_entries);
+    else
+        fprintf(out, "\nresult: SAME within tolerance: %lld comparisons\n",
+                (long long)res->n_entries);
+}
+
+static void json_key(FILE *out, const char *k, bool *first)
+{
+    fprintf(out, "%s\"%s\":", *first ? "" : ",", k);
+    *first = false;
+}
+
+static void json_record(FILE *out, const gguf_record *r)
+{
+    const gguf_record_meta *m = gguf_record_get_meta(r);
+    bool f = true;
+    fputc('{', out);
+    json_key(out, "path", &f);
+    cli_json_str(out, gguf_record_path(r), SIZE_MAX);
+    json_key(out, "compressed", &f);
+    fputs(gguf_record_compressed(r) ? "true" : "false", out);
+    json_key(out, "model_digest", &f);
+    cli_json_str(out, m->model_digest, SIZE_MAX);
+    json_key(out, "arch", &f);
+    cli_json_str(out, m->arch, SIZE_MAX);
+    json_key(out, "backend", &f);
+    cli_json_str(out, m->backend, SIZE_MAX);
+    json_key(out, "precision", &f);
+    cli_json_str(out, m->precision, SIZE_MAX);
+    json_key(out, "tp", &f);
+    fprintf(out, "%u", m->tp);
+    json_key(out, "ep", &f);
+    fprintf(out, "%u", m->ep);
+    json_key(out, "ranks", &f);
+    fprintf(out, "%u", m->ranks);
+    json_key(out, "plan_digest", &f);
+    cli_json_str(out, m->plan_digest, SIZE_MAX);
+    json_key(out, "fault", &f);
+    cli_json_str(out, m->fault, SIZE_MAX);
+    json_key(out, "ggufkit_version", &f);
+    cli_json_str(out, m->ggufkit_version, SIZE_MAX);
+    json_key(out, "tokens", &f);
+    fputc('[', out);
+    for (uint64_t i = 0; i < m->n_tokens; i++)
+        fprintf(out, "%s%d", i ? "," : "", m->tokens[i]);
+    fputs("]}", out);
+}
+
+/* A bound: null when off. */
+static void json_bound(FILE *out, const char *k, double v, bool *f)
+{
+    json_key(out, k, f);
+    if (v < 0)
+        fputs("null", out);
+    else
+        cli_json_num(out, v);
+}
+
+static void json_over(FILE *out, uint32_t over)
+{
+    fputc('[', out);
+    bool f = true;
+    for (uint32_t bit = 1; bit <= GGUF_CMP_NONFINITE; bit <<= 1)
+        if (over & bit) {
+            fprintf(out, "%s\"%s\"", f ? "" : ",", gguf_cmp_metric_name(bit));
+            f = false;
+        }
+    fputc(']', out);
+}
+
+static void json_num_key(FILE *out, const char *k, double v, bool *f)
+{
+    json_key(out, k, f);
+    cli_json_num(out, v);
+}
+
+static void print_json(FILE *out, const gguf_record *a, const gguf_record *b,
+                       const gguf_cmp_result *res, bool embed)
+{
+    bool f = true;
+    fputc('{', out);
+    json_key(out, "schema", &f);
+    fputs("\"ggufkit.compare/1\"", out);
+    json_key(out, "ok", &f);
+    fputs(res->first < 0 ? "true" : "false", out);
+    json_key(out, "a", &f);
+    json_record(out, a);
+    json_key(out, "b", &f);
+    json_record(out, b);
+    json_key(out, "tolerance", &f);
+    {
+        bool g = true;
+        fputc('{', out);
+        json_key(out, "origin", &g);
+        cli_json_str(out, res->tol_origin, SIZE_MAX);
+        json_bound(out, "rel_l2", res->tol.rel_l2, &g);
+        json_bound(out, "max_abs", res->tol.max_abs, &g);
+        json_bound(out, "cosine", res->tol.cosine, &g);
+        json_bound(out, "kl", res->tol.kl, &g);
+        json_bound(out, "top1", res->tol.top1, &g);
+        json_bound(out, "top5", res->tol.top5, &g);
+        json_bound(out, "experts", res->tol.experts, &g);
+        fputc('}', out);
+    }
+    json_key(out, "ranks", &f);
+    fprintf(out, "%u", res->ranks);
+    json_key(out, "n_comparisons", &f);
+    fprintf(out, "%lld", (long long)res->n_entries);
+    json_key(out, "n_over", &f);
+    fprintf(out, "%lld", (long long)res->n_over);
+    json_key(out, "extra_in_b", &f);
+    fprintf(out, "%lld", (long long)res->extra_in_b);
+    json_key(out, "first_divergence", &f);
+    if (res->first < 0) {
+        fputs("null", out);
+    } else {
+        const gguf_cmp_entry *e = &res->entries[res->first];
+        bool g = true;
+        fputc('{', out);
+        json_key(out, "index", &g);
+        fprintf(out, "%lld", (long long)res->first);
+        json_key(out, "point", &g);
+        cli_json_str(out, e->point, SIZE_MAX);
+        json_key(out, "layer", &g);
+        if (e->layer >= 0)
+            fprintf(out, "%d", e->layer);
+        else
+            fputs("null", out);
+        json_key(out, "op", &g);
+        cli_json_str(out, e->op, SIZE_MAX);
+        json_key(out, "rank", &g);
+        fprintf(out, "%u", e->rank);
+        json_key(out, "over", &g);
+        json_over(out, e->over);
+        fputc('}', out);
+    }
+    json_key(out, "entries", &f);
+    fputc('[', out);
+    for (int64_t i = 0; i < res->n_entries; i++) {
+        const gguf_cmp_entry *e = &res->entries[i];
+        bool g = true;
+        fputs(i ? ",{" : "{", out);
+        json_key(out, "point", &g);
+        cli_json_str(out, e->point, SIZE_MAX);
+        json_key(out, "layer", &g);
+        if (e->layer >= 0)
+            fprintf(out, "%d", e->layer);
+        else
+            fputs("null", out);
+        json_key(out, "op", &g);
+        cli_json_str(out, e->op, SIZE_MAX);
+        json_key(out, "rank", &g);
+        fprintf(out, "%u", e->rank);
+        json_key(out, "kind", &g);
+        fprintf(out, "\"%s\"", kind_name(e->kind));
+        json_key(out, "rows", &g);
+        fprintf(out, "%lld", (long long)e->rows);
+        json_key(out, "cols", &g);
+        fprintf(out, "%lld", (long long)e->cols);
+        json_key(out, "ok", &g);
+        fputs(e->over ? "false" : "true", out);
+        json_key(out, "over", &g);
+        json_over(out, e->over);
+        if (e->kind != GGUF_CMP_KIND_EXPERTS) {
+            json_num_key(out, "rel_l2", e->rel_l2, &g);
+            json_num_key(out, "max_abs", e->max_abs, &g);
+            json_key(out, "max_abs_at", &g);
+            fprintf(out, "[%lld,%lld]", (long long)e->max_abs_row, (long long)e->max_abs_col);
+            json_num_key(out, "cosine", e->cosine, &g);
+            json_num_key(out, "norm_a", e->norm_a, &g);
+            json_num_key(out, "norm_b", e->norm_b, &g);
+            json_key(out, "nonfinite_a", &g);
+            fprintf(out, "%lld", (long long)e->nonfinite_a);
+            json_key(out, "nonfinite_b", &g);
+            fprintf(out, "%lld", (long long)e->nonfinite_b);
+        }
+        if (e->kind == GGUF_CMP_KIND_LOGITS) {
+            json_num_key(out, "kl", e->kl, &g);
+            json_num_key(out, "kl_max", e->kl_max, &g);
+            json_key(out, "kl_max_token", &g);
+            fprintf(out, "%lld", (long long)e->kl_max_row);
+            json_num_key(out, "top1", e->top1, &g);
+            json_num_key(out, "top5", e->top5, &g);
+        }
+        if (e->kind == GGUF_CMP_KIND_EXPERTS || e->kind == GGUF_CMP_KIND_WEIGHTS) {
+            json_num_key(out, "experts", e->experts, &g);
+            json_key(out, "experts_first_token", &g);
+            if (e->experts_first_row >= 0)
+                fprintf(out, "%lld", (long long)e->experts_first_row);
+            else
+                fputs("null", out);
+        }
+        fputc('}', out);
+    }
+    fputs("]}", out);
+    if (!embed)
+        fputc('\n', out);
+}
+
+int refwd_compare_files(const char *ref_path, const char *test_path,
+                        const refwd_compare_args *args, FILE *out)
+{
+    static const refwd_compare_args none;
+    const char *tool = REF_FORWARD_TOOL;
+    if (!args)
+        args = &none;
+    gguf_record *a = NULL, *b = NULL;
+    gguf_cmp_result *res = NULL;
+    gguf_error err;
+    int ret = CLI_EXIT_USAGE, rc;
+    gguf_tol tol;
+    gguf_cmp_opts opts = {.flags = args->flags};
+
+    if ((rc = gguf_record_open(&a, ref_path, &err)) || (rc = gguf_record_open(&b, test_path, &err))) {
+        cli_error(tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    if (args->tol) {
+        const gguf_record_meta *ma = gguf_record_get_meta(a), *mb = gguf_record_get_meta(b);
+        gguf_tol_default(&tol, ma->precision, mb->precision, NULL);
+        if ((rc = gguf_tol_parse(&tol, args->tol, &err))) {
+            cli_error(tool, &err);
+            goto done;
+        }
+        opts.tol = &tol;
+    }
+    rc = gguf_compare(&res, a, b, &opts, &err);
+    if (rc && rc != GGUF_E_MISMATCH) {
+        cli_error(tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    if (args->tol)
+        snprintf(res->tol_origin, sizeof res->tol_origin, "--tol %.50s", args->tol);
+    if (args->json)
+        print_json(out, a, b, res, args->json_embed);
+    else
+        print_table(out, a, b, res, args->all);
+    fflush(out);
+    ret = rc == GGUF_E_MISMATCH ? CLI_EXIT_DIFF : CLI_EXIT_OK;
+    if (args->html) {
+        gguf_error herr;
+        int hrc = refwd_compare_write_html(args->html, a, b, res, &herr);
+        if (hrc) {
+            cli_error(tool, &herr);
+            ret = cli_exit_code(hrc);
+        }
+    }
+done:
+    gguf_cmp_result_free(res);
+    gguf_record_close(a);
+    gguf_record_close(b);
+    return ret;
+}
+
+int refwd_compare_main(int argc, char **argv)
+{
+    refwd_compare_args args = {0};
+    const char *arg, *pos[2] = {NULL, NULL};
+    int optind_out = 1, id, n_pos = 0;
+    for (;;) {
+        id = cli_next(&compare_spec, argc, argv, &arg, &optind_out);
+        if (id == -1) {
+            /* A positional: take it and go on, so options may follow the records. */
+            if (optind_out >= argc)
+                break;
+            if (n_pos == 2) {
+                cli_errorf(compare_spec.tool, "unexpected argument '%s': expected two records, "
+                           "A (reference) and B", argv[optind_out]);
+                return CLI_EXIT_USAGE;
+            }
+            pos[n_pos++] = argv[optind_out];
+            optind = optind_out + 1;
+            continue;
+        }
+        switch (id) {
+        case OPT_JSON: args.json = true; break;
+        case OPT_HTML: args.html = arg; break;
+        case OPT_TOL: args.tol = arg; break;
+        case OPT_ALL: args.all = true; break;
+        case OPT_ANY_MODEL: args.flags |= GGUF_CMP_ANY_MODEL; break;
+        case OPT_ANY_TOKENS: args.flags |= GGUF_CMP_ANY_TOKENS; break;
+        default: return CLI_EXIT_USAGE;
+        }
+    }
+    if (n_pos != 2) {
+        cli_errorf(compare_spec.tool, "expected two records, A (reference) and B, got %d", n_pos);
+        fprintf(stderr, "Try '%s --help'.\n", compare_spec.tool);
+        return CLI_EXIT_USAGE;
+    }
+    return refwd_compare_files(pos[0], pos[1], &args, stdout);
+}
