@@ -34,10 +34,11 @@ static void random_bytes(gen_rng *r, uint8_t *p, size_t n)
     }
 }
 
-/* A scale in [0.5, 1] * amp / maxcode: values reach at most amp. */
+/* A scale in [0.6, 1] * amp / maxcode: values reach at most amp. The layouts
+ * below pick sub-scale ranges so that this d is a normal half for amp 0.06. */
 static float scale_for(gen_rng *r, float amp, float maxcode)
 {
-    return amp / maxcode * gen_rng_range(r, 0.5f, 1.0f);
+    return amp / maxcode * gen_rng_range(r, 0.6f, 1.0f);
 }
 
 /* UE4M3 (bias 7, no sign) as gguf-py and ggml's CPU path read it, times 0.5 */
@@ -58,6 +59,38 @@ static uint8_t ue4m3_below(float target)
         if (ue4m3_half((uint8_t)x) <= target && ue4m3_half((uint8_t)x) > ue4m3_half(best))
             best = (uint8_t)x;
     return best;
+}
+
+/*
+ * Q4_K / Q5_K: eight 6-bit scales and eight 6-bit mins packed in 12 bytes
+ *   bytes 0-3:  sc[0..3] (bits 0-5), sc[4..7] bits 4-5 (bits 6-7)
+ *   bytes 4-7:  mn[0..3] (bits 0-5), mn[4..7] bits 4-5 (bits 6-7)
+ *   bytes 8-11: sc[4..7] bits 0-3 (low nibble), mn[4..7] bits 0-3 (high nibble)
+ */
+static void pack_k_scales(uint8_t *q, const uint8_t *sc, const uint8_t *mn)
+{
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        q[j + 4] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+        q[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+    }
+}
+
+/*
+ * Q4_K / Q5_K with x = d*sc*q - dmin*mn: sub-scales 8..15 and mn = sc with
+ * dmin = d*qmax/2 centre every sub-block, |x| <= d*15*qmax/2. Small sub-scales
+ * keep d a normal half (real files often have subnormal d; tools flag those).
+ */
+static void fill_k_minmax(gen_rng *r, float amp, uint8_t *b, size_t off_d, size_t off_dmin,
+                          size_t off_scales, float qmax)
+{
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++)
+        sc[j] = mn[j] = (uint8_t)(8 + gen_rng_below(r, 8));
+    pack_k_scales(b + off_scales, sc, mn);
+    float d = gen_fp16_to_fp32(gen_fp32_to_fp16(scale_for(r, amp, 15 * qmax / 2)));
+    put_half(b + off_d, d);
+    put_half(b + off_dmin, d * qmax / 2);
 }
 
 static void fill_block(uint32_t type, gen_rng *r, float amp, uint8_t *b, uint32_t size)
@@ -105,21 +138,24 @@ static void fill_block(uint32_t type, gen_rng *r, float amp, uint8_t *b, uint32_
     case GGUF_TYPE_Q3_K: /* x = d * (sc - 32) * q, q in -4..3 */
         put_half(b + offsetof(gguf_block_q3_k, d), scale_for(r, amp, 128));
         break;
-    case GGUF_TYPE_Q4_K: {
-        float d = scale_for(r, amp, 63 * 15);
-        put_half(b + offsetof(gguf_block_q4_k, d), d);
-        put_half(b + offsetof(gguf_block_q4_k, dmin), 7.5f * d);
+    case GGUF_TYPE_Q4_K:
+        fill_k_minmax(r, amp, b, offsetof(gguf_block_q4_k, d), offsetof(gguf_block_q4_k, dmin),
+                      offsetof(gguf_block_q4_k, scales), 15);
+        break;
+    case GGUF_TYPE_Q5_K:
+        fill_k_minmax(r, amp, b, offsetof(gguf_block_q5_k, d), offsetof(gguf_block_q5_k, dmin),
+                      offsetof(gguf_block_q5_k, scales), 31);
+        break;
+    case GGUF_TYPE_Q6_K: {
+        /* x = d * sc(int8) * (q - 32); sub-scales +-(8..15) keep d normal */
+        int8_t *sc = (int8_t *)(b + offsetof(gguf_block_q6_k, scales));
+        for (int j = 0; j < GGUF_QK_K / 16; j++) {
+            int v = 8 + (int)gen_rng_below(r, 8);
+            sc[j] = (int8_t)(gen_rng_below(r, 2) ? v : -v);
+        }
+        put_half(b + offsetof(gguf_block_q6_k, d), scale_for(r, amp, 15 * 32));
         break;
     }
-    case GGUF_TYPE_Q5_K: {
-        float d = scale_for(r, amp, 63 * 31);
-        put_half(b + offsetof(gguf_block_q5_k, d), d);
-        put_half(b + offsetof(gguf_block_q5_k, dmin), 15.5f * d);
-        break;
-    }
-    case GGUF_TYPE_Q6_K: /* x = d * sc(int8) * (q - 32) */
-        put_half(b + offsetof(gguf_block_q6_k, d), scale_for(r, amp, 128 * 32));
-        break;
     case GGUF_TYPE_Q8_K: {
         float d = scale_for(r, amp, 128);
         memcpy(b + offsetof(gguf_block_q8_k, d), &d, 4);
@@ -171,9 +207,21 @@ static void fill_block(uint32_t type, gen_rng *r, float amp, uint8_t *b, uint32_
     case GGUF_TYPE_IQ4_NL: /* d * table (|table| <= 127) */
         put_half(b + offsetof(gguf_block_iq4_nl, d), scale_for(r, amp, 127));
         break;
-    case GGUF_TYPE_IQ4_XS: /* d * (ls - 32) * table */
-        put_half(b + offsetof(gguf_block_iq4_xs, d), scale_for(r, amp, 32 * 127));
+    case GGUF_TYPE_IQ4_XS: {
+        /* d * (ls - 32) * table; ls - 32 in -4..3 keeps d normal. ls of
+         * sub-block i: low 4 bits = nibble i of scales_l, high 2 = bits 2i of scales_h */
+        uint8_t *sl = b + offsetof(gguf_block_iq4_xs, scales_l);
+        uint16_t sh = 0;
+        memset(sl, 0, GGUF_QK_K / 64);
+        for (int i = 0; i < GGUF_QK_K / 32; i++) {
+            unsigned ls = 28 + gen_rng_below(r, 8);
+            sl[i / 2] |= (uint8_t)((ls & 15) << (4 * (i % 2)));
+            sh |= (uint16_t)((ls >> 4) << (2 * i));
+        }
+        put16(b + offsetof(gguf_block_iq4_xs, scales_h), sh);
+        put_half(b + offsetof(gguf_block_iq4_xs, d), scale_for(r, amp, 4 * 127));
         break;
+    }
     case GGUF_TYPE_MXFP4: {
         /* x = e2m1x2 * 2^(e - 128), |e2m1x2| <= 12 */
         int e0 = 128 + (int)floorf(log2f(amp / 12.0f));
@@ -182,9 +230,21 @@ static void fill_block(uint32_t type, gen_rng *r, float amp, uint8_t *b, uint32_
         break;
     }
     case GGUF_TYPE_NVFP4: {
-        /* x = e2m1x2 * ue4m3 / 2, |e2m1x2| <= 12; four sub-block scales */
-        for (int s = 0; s < 4; s++)
-            b[offsetof(gguf_block_nvfp4, d) + (size_t)s] = ue4m3_below(scale_for(r, amp, 12));
+        /* x = e2m1x2 * ue4m3 / 2. Scales stay normal UE4M3 (exponent >= 1, the
+         * smallest being 2^-6): to keep |x| near amp the codes avoid the two
+         * largest magnitudes (x2 values 8 and 12 become 3 and 4... via & ~2). */
+        for (int s = 0; s < 4; s++) {
+            uint8_t e = ue4m3_below(scale_for(r, amp, 6));
+            b[offsetof(gguf_block_nvfp4, d) + (size_t)s] = e < 8 ? 8 : e;
+        }
+        uint8_t *qs = b + offsetof(gguf_block_nvfp4, qs);
+        for (int i = 0; i < GGUF_QK_NVFP4 / 2; i++)
+            for (int h = 0; h < 2; h++) {
+                uint8_t n = (uint8_t)((qs[i] >> (4 * h)) & 15);
+                if ((n & 7) > 5)
+                    n = (uint8_t)(n & ~2);
+                qs[i] = (uint8_t)((qs[i] & ~(15 << (4 * h))) | (n << (4 * h)));
+            }
         break;
     }
     case GGUF_TYPE_Q1_0:

@@ -87,6 +87,20 @@ for t in $("$GEN" types); do
         "['$t', 'F32']"
 done
 
+# Our dequantizer: every value finite, no zero/NaN/Inf/subnormal scales, |x| <= 0.07 for weights.
+DV=$GGUFKIT_BIN/gguf-dequant-verify
+if [ -x "$DV" ]; then
+    for t in $("$GEN" types); do
+        expect 0 "$DV" "$T/t-$t.gguf"
+        if grep -q suspicious "$T/out"; then fail "--type $t: $(grep -o 'suspicious.*' "$T/out" | head -1)"; else pass; fi
+        case $t in I8 | I16 | I32 | I64) continue ;; esac # integers: the value x 100, not a weight
+        awk -v t="$t" '$1 ~ /weight$/ && $1 !~ /norm/ { for (i = 1; i < NF; i++) if ($i == "absmax" && $(i + 1) + 0 > 0.07) { print "FAIL: --type " t ": " $1 " absmax " $(i + 1); bad = 1 } } END { exit bad }' "$T/out" >&2 \
+            && pass || fail "--type $t: weights over 0.07"
+    done
+else
+    echo "note: gguf-dequant-verify is not built: dequantized values not checked here"
+fi
+
 # ---- --type-map, first match wins; fallback when rows are not whole blocks ----
 expect 0 G model --arch deepseek2 "${SMALL[@]}" --type Q4_K --type-map 'attn_k_b=Q8_0' \
     --type-map 'ffn_.*_exps=Q2_K' --type-map 'exps=F32' "$T/tm.gguf"
