@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "error_internal.h"
 #include "forward_internal.h"
@@ -34,6 +36,7 @@ struct gguf_fwd_ctx {
     gguf_fwd_stats st;
     uint64_t resident;  /* dequantized weight bytes alive now */
     gguf_dequant_opts dq;
+    long page;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -67,6 +70,16 @@ static int fw_dequant(gguf_fwd_ctx *c, const gguf_tensor *t, int64_t row0, int64
     if (rc) {
         free(buf);
         return rc;
+    }
+    if (c->o.drop_pages && c->page > 0) {
+        /* Read-only file mapping: dropped pages are read again on demand. Only
+         * whole pages inside the range, so neighbours are never touched. */
+        uintptr_t b = (uintptr_t)(t->data + (uint64_t)row0 * row_bytes);
+        uintptr_t e = b + (uintptr_t)((uint64_t)n_rows * row_bytes);
+        b = (b + c->page - 1) & ~(uintptr_t)(c->page - 1);
+        e &= ~(uintptr_t)(c->page - 1);
+        if (e > b)
+            madvise((void *)b, e - b, MADV_DONTNEED);
     }
     c->st.weight_bytes += (uint64_t)n_rows * row_bytes;
     c->st.dequant_floats += (uint64_t)(n_rows * t->ne[0]);
@@ -200,6 +213,7 @@ int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "forward: bad thread count %d", nt);
     }
     c->prec = c->o.precision;
+    c->page = sysconf(_SC_PAGESIZE);
     c->dq.n_threads = c->o.n_threads;
     const gguf_hparams *hp = c->hp;
     if (hp->is_mla) {

@@ -367,6 +367,7 @@ int refwd_run_main(int argc, char **argv)
         o.fo.capture_user = &sink;
     }
 
+    o.fo.drop_pages = true; /* the set is mapped from files */
     rc = gguf_fwd_ctx_create(&ctx, m, &o.fo, &err);
     const int64_t V = hp->n_vocab;
     const int64_t n_rows = o.n_tokens + (o.n_predict > 1 ? o.n_predict - 1 : 0);

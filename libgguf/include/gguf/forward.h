@@ -80,6 +80,10 @@ typedef struct gguf_fwd_opts {
     int mla_mode;         /* GGUF_FWD_MLA_PLAIN (default) or _ABSORBED */
     int n_threads;        /* matmul threads; 0 or 1 = the calling thread */
     bool dense_indexer;   /* glm-dsa: attend to every key, ignore the indexer */
+    bool drop_pages;      /* after reading weights, drop their mapped pages from the
+                             process (madvise DONTNEED) so that RSS stays about one
+                             chunk of weights; only for models mapped from files
+                             (gguf_set_open), never for gguf_file_open_memory buffers */
     int64_t idx_top_k;    /* glm-dsa: override the indexer top-k (0 = metadata) */
     gguf_fwd_capture_fn capture; /* optional */
     void *capture_user;
