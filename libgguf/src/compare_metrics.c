@@ -315,6 +315,8 @@ int gguf_tol_parse(gguf_tol *t, const char *spec, gguf_error *err)
                              spec);
         memcpy(item, p, len);
         item[len] = 0;
+        char whole[96];
+        memcpy(whole, item, len + 1); /* for messages: item is cut at '=' below */
         char *eq = strchr(item, '=');
         const char *name = eq ? item : "rel_l2", *val = eq ? eq + 1 : item;
         if (eq)
@@ -328,7 +330,7 @@ int gguf_tol_parse(gguf_tol *t, const char *spec, gguf_error *err)
             v = strtod(val, &e);
             if (!*val || *e || errno || !isfinite(v) || v < 0)
                 return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
-                                 "--tol: '%s': not a non-negative number or 'off'", item);
+                                 "--tol: '%s': not a non-negative number or 'off'", whole);
         }
         double *dst = !strcmp(name, "rel_l2")    ? &t->rel_l2
                       : !strcmp(name, "max_abs") ? &t->max_abs
@@ -345,7 +347,7 @@ int gguf_tol_parse(gguf_tol *t, const char *spec, gguf_error *err)
         if ((dst == &t->cosine || dst == &t->top1 || dst == &t->top5 || dst == &t->experts) &&
             v > 1)
             return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
-                             "--tol: '%s': a fraction is at most 1", item);
+                             "--tol: '%s': a fraction is at most 1", whole);
         *dst = v;
         p += len;
         if (*p == ',')
