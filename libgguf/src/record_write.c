@@ -458,7 +458,7 @@ static int compress_into_place(gguf_record_writer *w, const char *raw, gguf_erro
         goto done;
     }
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel,
-                           w->opts.zstd_level ? w->opts.zstd_level : 19);
+                           w->opts.zstd_level ? w->opts.zstd_level : 3);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
     ZSTD_CCtx_setPledgedSrcSize(cctx, size); /* the reader learns the size from the frame */
     ZSTD_inBuffer in = {map, size, 0};
