@@ -29,7 +29,8 @@
 #include <unistd.h>
 
 #define COPY_STEP (256ull << 20)  /* bytes per copy call: progress and cancel granularity */
-#define HASH_STEP (64ull << 20)   /* bytes per digest update */
+#define HASH_STEP (64ull << 20)   /* bytes per digest update from memory */
+#define READ_STEP (1u << 20)      /* bytes per pread: small enough to stay in cache for the hash */
 
 static double now_s(void)
 {
@@ -267,7 +268,7 @@ static int hash_fd(dpool *dp, gguf_hasher *h, uint8_t *buf, const uint8_t *zeros
         if (data > end)
             data = end;
         while (off < data) { /* a hole */
-            uint64_t k = data - off < HASH_STEP ? data - off : HASH_STEP;
+            uint64_t k = data - off < READ_STEP ? data - off : READ_STEP;
             gguf_hasher_update(h, zeros, (size_t)k);
             atomic_fetch_add(&dp->done, k);
             off += k;
@@ -281,7 +282,7 @@ static int hash_fd(dpool *dp, gguf_hasher *h, uint8_t *buf, const uint8_t *zeros
         while (off < stop) {
             if (dp->cancel && *dp->cancel)
                 return 0;
-            uint64_t k = stop - off < HASH_STEP ? stop - off : HASH_STEP;
+            uint64_t k = stop - off < READ_STEP ? stop - off : READ_STEP;
             ssize_t r = pread(fd, buf, (size_t)k, (off_t)off);
             if (r < 0 && errno == EINTR)
                 continue;
@@ -299,8 +300,8 @@ static void *dworker(void *arg)
 {
     dpool *dp = arg;
     gguf_hasher *h = NULL;
-    uint8_t *buf = malloc(HASH_STEP);
-    uint8_t *zeros = calloc(1, HASH_STEP);
+    uint8_t *buf = malloc(READ_STEP);
+    uint8_t *zeros = calloc(1, READ_STEP);
     if (!buf || !zeros || gguf_hasher_new(&h) != GGUF_OK) {
         atomic_store(&dp->failed, -1);
         goto out;
