@@ -378,6 +378,258 @@ AVX2 static void k_nvfp4(const uint8_t *s, float *y, int64_t nb)
     }
 }
 
+/* ---- Q5_0 / Q5_1: the fifth bits of 32 elements from one LE u32 ---- */
+
+/* byte e of the result = 0x10 when bit e of qh is set, else 0 */
+AVX2 static inline __m256i q5_high_bits(uint32_t qh)
+{
+    const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                            _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+                                                              0x0101010101010101ll, 0));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
+    return _mm256_and_si256(on, _mm256_set1_epi8(0x10));
+}
+
+AVX2 static void k_q5_0(const uint8_t *s, float *y, int64_t nb)
+{
+    const __m128i m4 = _mm_set1_epi8(15), e16 = _mm_set1_epi8(16);
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q5_0), y += 32) {
+        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q5_0, d)));
+        const __m256i hb = q5_high_bits(gguf_rd_u32(s + OFF(gguf_block_q5_0, qh)));
+        const __m128i q = _mm_loadu_si128((const __m128i *)(s + OFF(gguf_block_q5_0, qs)));
+        const __m128i lo = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(q, m4), _mm256_castsi256_si128(hb)), e16);
+        const __m128i hi = _mm_sub_epi8(
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm256_extracti128_si256(hb, 1)), e16);
+        st8_i8_mul(y, lo, d);
+        st8_i8_mul(y + 8, _mm_srli_si128(lo, 8), d);
+        st8_i8_mul(y + 16, hi, d);
+        st8_i8_mul(y + 24, _mm_srli_si128(hi, 8), d);
+    }
+}
+
+AVX2 static void k_q5_1(const uint8_t *s, float *y, int64_t nb)
+{
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q5_1), y += 32) {
+        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q5_1, d)));
+        const __m256 m = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q5_1, m)));
+        const __m256i hb = q5_high_bits(gguf_rd_u32(s + OFF(gguf_block_q5_1, qh)));
+        const __m128i q = _mm_loadu_si128((const __m128i *)(s + OFF(gguf_block_q5_1, qs)));
+        const __m128i lo = _mm_or_si128(_mm_and_si128(q, m4), _mm256_castsi256_si128(hb));
+        const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm256_extracti128_si256(hb, 1));
+        st8_i8_mul_add(y, lo, d, m);
+        st8_i8_mul_add(y + 8, _mm_srli_si128(lo, 8), d, m);
+        st8_i8_mul_add(y + 16, hi, d, m);
+        st8_i8_mul_add(y + 24, _mm_srli_si128(hi, 8), d, m);
+    }
+}
+
+/* ---- TQ2_0 and Q1_0 ---- */
+
+AVX2 static void k_tq2_0(const uint8_t *s, float *y, int64_t nb)
+{
+    const __m128i m3 = _mm_set1_epi8(3), one = _mm_set1_epi8(1);
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_tq2_0), y += 256) {
+        const uint8_t *qs = s + OFF(gguf_block_tq2_0, qs);
+        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_tq2_0, d)));
+        for (int h = 0; h < 2; h++) {
+            const __m128i q0 = _mm_loadu_si128((const __m128i *)(qs + 32 * h));
+            const __m128i q1 = _mm_loadu_si128((const __m128i *)(qs + 32 * h + 16));
+            for (int j = 0; j < 4; j++) {
+                const __m128i sh = _mm_cvtsi32_si128(2 * j);
+                const __m128i a = _mm_sub_epi8(_mm_and_si128(_mm_srl_epi16(q0, sh), m3), one);
+                const __m128i b = _mm_sub_epi8(_mm_and_si128(_mm_srl_epi16(q1, sh), m3), one);
+                float *o = y + 128 * h + 32 * j;
+                st8_i8_mul(o, a, d);
+                st8_i8_mul(o + 8, _mm_srli_si128(a, 8), d);
+                st8_i8_mul(o + 16, b, d);
+                st8_i8_mul(o + 24, _mm_srli_si128(b, 8), d);
+            }
+        }
+    }
+}
+
+/* lanes j of the result: all ones when bit j of b is set */
+AVX2 static inline __m256 bits8_mask(unsigned b)
+{
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)b), bit), bit));
+}
+
+AVX2 static void k_q1_0(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q1_0), y += 128) {
+        const float d = gguf_rd_f16(s + OFF(gguf_block_q1_0, d));
+        const __m256 pd = _mm256_set1_ps(d), nd = _mm256_set1_ps(-d);
+        const uint8_t *qs = s + OFF(gguf_block_q1_0, qs);
+        for (int k = 0; k < 16; k++)
+            _mm256_storeu_ps(y + 8 * k, _mm256_blendv_ps(nd, pd, bits8_mask(qs[k])));
+    }
+}
+
+/* ---- IQ grids: db * grid, negated (sign bit flipped, as the reference
+ * does) where the sign bit is set ---- */
+
+AVX2 static inline __m256 signs8(unsigned b)
+{
+    return _mm256_and_ps(bits8_mask(b), _mm256_set1_ps(-0.0f));
+}
+
+AVX2 static inline __m256 grid8_u8(const uint8_t *g)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)g)));
+}
+
+AVX2 static inline __m256 grid44_u8(const uint8_t *g1, const uint8_t *g2)
+{
+    uint32_t a, b;
+    memcpy(&a, g1, 4);
+    memcpy(&b, g2, 4);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)a, (int)b, 0, 0)));
+}
+
+AVX2 static inline void st_grid(float *o, __m256 db, __m256 g, unsigned signs)
+{
+    _mm256_storeu_ps(o, _mm256_xor_ps(_mm256_mul_ps(db, g), signs8(signs)));
+}
+
+AVX2 static void k_iq2_xxs(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq2_xxs), y += 256) {
+        const float d = gguf_rd_f16(s + OFF(gguf_block_iq2_xxs, d));
+        const uint8_t *q = s + OFF(gguf_block_iq2_xxs, qs);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint32_t aux = gguf_rd_u32(q + 8 * ib + 4);
+            const __m256 db = _mm256_set1_ps(d * (0.5f + (float)(aux >> 28)) * 0.25f);
+            for (int l = 0; l < 4; l++)
+                st_grid(y + 32 * ib + 8 * l, db, grid8_u8(gguf_iq2xxs_grid[q[8 * ib + l]]),
+                        gguf_iq2_ksigns[(aux >> (7 * l)) & 127]);
+        }
+    }
+}
+
+AVX2 static void k_iq2_xs(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq2_xs), y += 256) {
+        const float d = gguf_rd_f16(s + OFF(gguf_block_iq2_xs, d));
+        const uint8_t *q = s + OFF(gguf_block_iq2_xs, qs);
+        const uint8_t *sc = s + OFF(gguf_block_iq2_xs, scales);
+        for (int ib = 0; ib < 8; ib++) {
+            const __m256 db[2] = {_mm256_set1_ps(d * (0.5f + (float)(sc[ib] & 15)) * 0.25f),
+                                  _mm256_set1_ps(d * (0.5f + (float)(sc[ib] >> 4)) * 0.25f)};
+            for (int l = 0; l < 4; l++) {
+                const uint16_t v = gguf_rd_u16(q + 2 * (4 * ib + l));
+                st_grid(y + 32 * ib + 8 * l, db[l / 2], grid8_u8(gguf_iq2xs_grid[v & 511]),
+                        gguf_iq2_ksigns[v >> 9]);
+            }
+        }
+    }
+}
+
+AVX2 static void k_iq2_s(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq2_s), y += 256) {
+        const float d = gguf_rd_f16(s + OFF(gguf_block_iq2_s, d));
+        const uint8_t *qs = s + OFF(gguf_block_iq2_s, qs);
+        const uint8_t *qh = s + OFF(gguf_block_iq2_s, qh);
+        const uint8_t *sc = s + OFF(gguf_block_iq2_s, scales);
+        for (int ib = 0; ib < 8; ib++) {
+            const __m256 db[2] = {_mm256_set1_ps(d * (0.5f + (float)(sc[ib] & 15)) * 0.25f),
+                                  _mm256_set1_ps(d * (0.5f + (float)(sc[ib] >> 4)) * 0.25f)};
+            for (int l = 0; l < 4; l++) {
+                const int idx = qs[4 * ib + l] | (((qh[ib] >> (2 * l)) & 3) << 8);
+                st_grid(y + 32 * ib + 8 * l, db[l / 2], grid8_u8(gguf_iq2s_grid[idx]),
+                        qs[32 + 4 * ib + l]);
+            }
+        }
+    }
+}
+
+AVX2 static void k_iq3_xxs(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq3_xxs), y += 256) {
+        const float d = gguf_rd_f16(s + OFF(gguf_block_iq3_xxs, d));
+        const uint8_t *qs = s + OFF(gguf_block_iq3_xxs, qs);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint32_t aux = gguf_rd_u32(qs + 64 + 4 * ib);
+            const __m256 db = _mm256_set1_ps(d * (0.5f + (float)(aux >> 28)) * 0.5f);
+            for (int l = 0; l < 4; l++)
+                st_grid(y + 32 * ib + 8 * l, db,
+                        grid44_u8(gguf_iq3xxs_grid[qs[8 * ib + 2 * l]], gguf_iq3xxs_grid[qs[8 * ib + 2 * l + 1]]),
+                        gguf_iq2_ksigns[(aux >> (7 * l)) & 127]);
+        }
+    }
+}
+
+AVX2 static void k_iq3_s(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq3_s), y += 256) {
+        const float d = gguf_rd_f16(s + OFF(gguf_block_iq3_s, d));
+        const uint8_t *qs = s + OFF(gguf_block_iq3_s, qs);
+        const uint8_t *qh = s + OFF(gguf_block_iq3_s, qh);
+        const uint8_t *signs = s + OFF(gguf_block_iq3_s, signs);
+        const uint8_t *sc = s + OFF(gguf_block_iq3_s, scales);
+        for (int ib = 0; ib < 8; ib++) {
+            const __m256 db = _mm256_set1_ps(d * (float)(1 + 2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 15)));
+            for (int l = 0; l < 4; l++) {
+                const int i1 = qs[8 * ib + 2 * l] | (((qh[ib] >> (2 * l)) & 1) << 8);
+                const int i2 = qs[8 * ib + 2 * l + 1] | (((qh[ib] >> (2 * l + 1)) & 1) << 8);
+                st_grid(y + 32 * ib + 8 * l, db, grid44_u8(gguf_iq3s_grid[i1], gguf_iq3s_grid[i2]),
+                        signs[4 * ib + l]);
+            }
+        }
+    }
+}
+
+/* IQ1: dl * (grid + delta) */
+AVX2 static inline void st_iq1(float *o, __m256 dl, const int8_t *g, __m256 delta)
+{
+    const __m256 gv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)g)));
+    _mm256_storeu_ps(o, _mm256_mul_ps(dl, _mm256_add_ps(gv, delta)));
+}
+
+AVX2 static void k_iq1_s(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq1_s), y += 256) {
+        const float d = gguf_rd_f16(s + OFF(gguf_block_iq1_s, d));
+        const uint8_t *qs = s + OFF(gguf_block_iq1_s, qs);
+        const uint8_t *qhp = s + OFF(gguf_block_iq1_s, qh);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint16_t qh = gguf_rd_u16(qhp + 2 * ib);
+            const __m256 dl = _mm256_set1_ps(d * (float)(2 * ((qh >> 12) & 7) + 1));
+            const __m256 delta = _mm256_set1_ps(qh & 0x8000 ? -GGUF_IQ1S_DELTA : GGUF_IQ1S_DELTA);
+            for (int l = 0; l < 4; l++)
+                st_iq1(y + 32 * ib + 8 * l, dl, gguf_iq1s_grid[qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)],
+                       delta);
+        }
+    }
+}
+
+AVX2 static void k_iq1_m(const uint8_t *s, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq1_m), y += 256) {
+        const uint8_t *qs = s + OFF(gguf_block_iq1_m, qs);
+        const uint8_t *qh = s + OFF(gguf_block_iq1_m, qh);
+        const uint8_t *scp = s + OFF(gguf_block_iq1_m, scales);
+        uint16_t sc[4];
+        for (int k = 0; k < 4; k++)
+            sc[k] = gguf_rd_u16(scp + 2 * k);
+        const float d = gguf_fp16_to_fp32((uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                                     ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
+        for (int ib = 0; ib < 8; ib++) {
+            const int sv = sc[ib / 2] >> (6 * (ib % 2));
+            const __m256 dl[2] = {_mm256_set1_ps(d * (float)(2 * (sv & 7) + 1)),
+                                  _mm256_set1_ps(d * (float)(2 * ((sv >> 3) & 7) + 1))};
+            for (int l = 0; l < 4; l++) {
+                const int nib = (qh[2 * ib + l / 2] >> (4 * (l % 2))) & 15;
+                const __m256 delta = _mm256_set1_ps(nib & 8 ? -GGUF_IQ1S_DELTA : GGUF_IQ1S_DELTA);
+                st_iq1(y + 32 * ib + 8 * l, dl[l / 2], gguf_iq1s_grid[qs[4 * ib + l] | ((nib & 7) << 8)], delta);
+            }
+        }
+    }
+}
+
 gguf_dequant_fn gguf_dequant_avx2_kernel(uint32_t type)
 {
     switch (type) {
@@ -395,6 +647,17 @@ gguf_dequant_fn gguf_dequant_avx2_kernel(uint32_t type)
     case GGUF_TYPE_IQ4_XS: return k_iq4_xs;
     case GGUF_TYPE_MXFP4: return k_mxfp4;
     case GGUF_TYPE_NVFP4: return k_nvfp4;
+    case GGUF_TYPE_Q5_0: return k_q5_0;
+    case GGUF_TYPE_Q5_1: return k_q5_1;
+    case GGUF_TYPE_TQ2_0: return k_tq2_0;
+    case GGUF_TYPE_Q1_0: return k_q1_0;
+    case GGUF_TYPE_IQ2_XXS: return k_iq2_xxs;
+    case GGUF_TYPE_IQ2_XS: return k_iq2_xs;
+    case GGUF_TYPE_IQ2_S: return k_iq2_s;
+    case GGUF_TYPE_IQ3_XXS: return k_iq3_xxs;
+    case GGUF_TYPE_IQ3_S: return k_iq3_s;
+    case GGUF_TYPE_IQ1_S: return k_iq1_s;
+    case GGUF_TYPE_IQ1_M: return k_iq1_m;
     default: return NULL;
     }
 }

@@ -396,9 +396,13 @@ static void dq_tq2_0(const uint8_t *s, float *y, int64_t nb)
  *       6-bit scale per 32 elements, minus 32; values from iq4nl
  * ====================================================================== */
 
-static float sgn(uint8_t signs, int j)
+/* The grid value times the scale, negated where the sign bit is set. A
+ * negation, not a multiply by -1: it flips the sign bit of every value, NaN
+ * included, so every implementation gives the same bits (a compiler may turn
+ * x * -1.0f into -x anyway; this says so explicitly). */
+static float signed_by(float v, uint8_t signs, int j)
 {
-    return (signs >> j) & 1 ? -1.0f : 1.0f;
+    return (signs >> j) & 1 ? -v : v;
 }
 
 static void dq_iq2_xxs(const uint8_t *s, float *y, int64_t nb)
@@ -414,7 +418,7 @@ static void dq_iq2_xxs(const uint8_t *s, float *y, int64_t nb)
                 const uint8_t *g = gguf_iq2xxs_grid[idx[l]];
                 const uint8_t signs = gguf_iq2_ksigns[(aux >> (7 * l)) & 127];
                 for (int j = 0; j < 8; j++)
-                    y[32 * ib + 8 * l + j] = db * (float)g[j] * sgn(signs, j);
+                    y[32 * ib + 8 * l + j] = signed_by(db * (float)g[j], signs, j);
             }
         }
     }
@@ -434,7 +438,7 @@ static void dq_iq2_xs(const uint8_t *s, float *y, int64_t nb)
                 const uint8_t *g = gguf_iq2xs_grid[v & 511];
                 const uint8_t signs = gguf_iq2_ksigns[v >> 9];
                 for (int j = 0; j < 8; j++)
-                    y[32 * ib + 8 * l + j] = db[l / 2] * (float)g[j] * sgn(signs, j);
+                    y[32 * ib + 8 * l + j] = signed_by(db[l / 2] * (float)g[j], signs, j);
             }
         }
     }
@@ -455,7 +459,7 @@ static void dq_iq2_s(const uint8_t *s, float *y, int64_t nb)
                 const int idx = qs[4 * ib + l] | (((qh[ib] >> (2 * l)) & 3) << 8);
                 const uint8_t *g = gguf_iq2s_grid[idx];
                 for (int j = 0; j < 8; j++)
-                    y[32 * ib + 8 * l + j] = db[l / 2] * (float)g[j] * sgn(signs[4 * ib + l], j);
+                    y[32 * ib + 8 * l + j] = signed_by(db[l / 2] * (float)g[j], signs[4 * ib + l], j);
             }
         }
     }
@@ -475,8 +479,8 @@ static void dq_iq3_xxs(const uint8_t *s, float *y, int64_t nb)
                 const uint8_t *g1 = gguf_iq3xxs_grid[qs[8 * ib + 2 * l]];
                 const uint8_t *g2 = gguf_iq3xxs_grid[qs[8 * ib + 2 * l + 1]];
                 for (int j = 0; j < 4; j++) {
-                    y[32 * ib + 8 * l + j] = db * (float)g1[j] * sgn(signs, j);
-                    y[32 * ib + 8 * l + j + 4] = db * (float)g2[j] * sgn(signs, j + 4);
+                    y[32 * ib + 8 * l + j] = signed_by(db * (float)g1[j], signs, j);
+                    y[32 * ib + 8 * l + j + 4] = signed_by(db * (float)g2[j], signs, j + 4);
                 }
             }
         }
@@ -499,8 +503,8 @@ static void dq_iq3_s(const uint8_t *s, float *y, int64_t nb)
                 const uint8_t *g1 = gguf_iq3s_grid[i1], *g2 = gguf_iq3s_grid[i2];
                 const uint8_t sg = signs[4 * ib + l];
                 for (int j = 0; j < 4; j++) {
-                    y[32 * ib + 8 * l + j] = db * (float)g1[j] * sgn(sg, j);
-                    y[32 * ib + 8 * l + j + 4] = db * (float)g2[j] * sgn(sg, j + 4);
+                    y[32 * ib + 8 * l + j] = signed_by(db * (float)g1[j], sg, j);
+                    y[32 * ib + 8 * l + j + 4] = signed_by(db * (float)g2[j], sg, j + 4);
                 }
             }
         }
