@@ -7,6 +7,7 @@
 
 struct gguf_model {
     char *name;
+    const gguf_file *meta;
     gguf_hparams hp;
     int64_t n;
     gguf_model_tensor *mt;

@@ -689,13 +689,14 @@ static int32_t *slot(const gguf_model *m, int64_t il, gguf_role r)
 }
 
 static int model_build(gguf_model **out, const gguf_file *meta, const gguf_tensor *const *ts,
-                       int64_t n, const char *name, gguf_error *err)
+                       int64_t n, const char *name, uint32_t flags, gguf_error *err)
 {
     *out = NULL;
     gguf_model *m = calloc(1, sizeof *m);
     if (!m)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", name);
     int rc = GGUF_OK;
+    m->meta = meta;
     m->name = strdup(name ? name : "model");
     if (!m->name) {
         rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", name);
@@ -800,7 +801,7 @@ static int model_build(gguf_model **out, const gguf_file *meta, const gguf_tenso
             }
         }
     }
-    if (n_missing) {
+    if (n_missing && !(flags & GGUF_MODEL_ALLOW_MISSING)) {
         rc = gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET,
                        "%s: missing %d tensor(s) the %s architecture requires: %s%s", m->name,
                        n_missing, hp->arch_name, missing, n_missing > 6 ? ", ..." : "");
@@ -815,7 +816,7 @@ done:
     return GGUF_OK;
 }
 
-int gguf_model_open(gguf_model **out, const gguf_set *set, gguf_error *err)
+int gguf_model_open_flags(gguf_model **out, const gguf_set *set, uint32_t flags, gguf_error *err)
 {
     if (!out || !set)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_model_open: NULL argument");
@@ -827,20 +828,38 @@ int gguf_model_open(gguf_model **out, const gguf_set *set, gguf_error *err)
     for (int64_t i = 0; i < n; i++)
         ts[i] = gguf_set_tensor_at(set, i);
     const gguf_file *meta = gguf_set_meta(set);
-    int rc = model_build(out, meta, ts, n, gguf_file_path(meta), err);
+    int rc = model_build(out, meta, ts, n, gguf_file_path(meta), flags, err);
     free(ts);
     return rc;
+}
+
+int gguf_model_open(gguf_model **out, const gguf_set *set, gguf_error *err)
+{
+    return gguf_model_open_flags(out, set, 0, err);
+}
+
+int gguf_model_open_parts_flags(gguf_model **out, const gguf_file *meta,
+                                const gguf_tensor *const *tensors, int64_t n_tensors,
+                                const char *name, uint32_t flags, gguf_error *err)
+{
+    if (!out || !meta || (n_tensors > 0 && !tensors) || n_tensors < 0)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                         "gguf_model_open_parts: invalid argument");
+    *out = NULL;
+    return model_build(out, meta, tensors, n_tensors, name ? name : gguf_file_path(meta), flags,
+                       err);
 }
 
 int gguf_model_open_parts(gguf_model **out, const gguf_file *meta,
                           const gguf_tensor *const *tensors, int64_t n_tensors, const char *name,
                           gguf_error *err)
 {
-    if (!out || !meta || (n_tensors > 0 && !tensors) || n_tensors < 0)
-        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
-                         "gguf_model_open_parts: invalid argument");
-    *out = NULL;
-    return model_build(out, meta, tensors, n_tensors, name ? name : gguf_file_path(meta), err);
+    return gguf_model_open_parts_flags(out, meta, tensors, n_tensors, name, 0, err);
+}
+
+const gguf_file *gguf_model_meta(const gguf_model *m)
+{
+    return m->meta;
 }
 
 void gguf_model_free(gguf_model *m)

@@ -284,6 +284,22 @@ int gguf_model_open_parts(gguf_model **out, const gguf_file *meta,
                           const gguf_tensor *const *tensors, int64_t n_tensors, const char *name,
                           gguf_error *err);
 
+enum {
+    /* Open even when tensors the architecture requires are missing (shape
+     * checks still apply to those present): for tools that report what is
+     * missing, such as shard-plan. The forward pass must not use this. */
+    GGUF_MODEL_ALLOW_MISSING = 1u << 0,
+};
+
+/* gguf_model_open / gguf_model_open_parts with flags (GGUF_MODEL_*). */
+int gguf_model_open_flags(gguf_model **out, const gguf_set *set, uint32_t flags, gguf_error *err);
+int gguf_model_open_parts_flags(gguf_model **out, const gguf_file *meta,
+                                const gguf_tensor *const *tensors, int64_t n_tensors,
+                                const char *name, uint32_t flags, gguf_error *err);
+
+/* The metadata file the model reads (the set's first part, or `meta`). */
+const gguf_file *gguf_model_meta(const gguf_model *m);
+
 void gguf_model_free(gguf_model *m);
 
 /* Hyper-parameters (never NULL for an open model). */

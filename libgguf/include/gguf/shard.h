@@ -71,10 +71,16 @@ const char *gguf_shard_rule_name(gguf_shard_rule r);
 /*
  * One piece of a rank's tensor: the box [lo[d], hi[d]) of a source tensor
  * (d = 0..3, ggml dims), placed at offset `dst` along the entry's cat_dim of
- * the rank's tensor. With `transpose` the box is 2-D (dims 0 and 1, one
- * index of dim 2) and goes in transposed (k_b -> the k rows of kv_b_proj).
- * Most slices are one piece of their own tensor; fused or reassembled
- * tensors and some faults take pieces of other tensors.
+ * the rank's tensor:
+ *   cat_dim 0: box row k goes to row k of the rank's tensor, columns
+ *              [dst, dst + hi[0]-lo[0]) (row-parallel cuts);
+ *   cat_dim d >= 1: the box's elements, in ggml order (dim 0 fastest), are
+ *              written one after the other from element dst * ne[0]*..*ne[d-1]
+ *              of the rank's tensor.
+ * With `transpose` the box is 2-D (one index of dims 2 and 3) and its
+ * transpose is written instead: one output row per dim-0 index (k_b -> the k
+ * rows of kv_b_proj). Most slices are one piece of their own tensor; fused or
+ * reassembled tensors and some faults take pieces of other tensors.
  */
 typedef struct gguf_shard_piece {
     int32_t src;         /* index of the source entry in the plan (a stored tensor) */
@@ -88,7 +94,9 @@ typedef struct gguf_shard_slice {
     int32_t n_pieces;
     const gguf_shard_piece *pieces;
     int64_t ne[4];       /* the rank's shape (ggml order), padding included */
-    int64_t pad;         /* zero rows appended along cat_dim (vocab padding) */
+    int64_t pad;         /* zeros appended along cat_dim (vocab padding; some faults) */
+    int64_t range_lo;    /* the range of the full entry along split_dim that the rank */
+    int64_t range_hi;    /* holds, when one contiguous range; else both -1 */
     uint64_t bytes;      /* bytes held: source type when quant_cut_ok, else F32 */
     bool quant_cut_ok;   /* every piece cuts from the stored bytes as they are */
     const char *reason;  /* when !quant_cut_ok: why the slice must be dequantized first */
