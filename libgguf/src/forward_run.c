@@ -17,38 +17,16 @@
 /* Most floats a matmul dequantizes at once (rows are grouped up to this). */
 #define FW_CHUNK_FLOATS (8u << 20) /* 32 MiB */
 
-typedef struct fw_layer_cache {
-    double *k;     /* [cap][k_w]: GQA keys, or MLA latent [kv_cmpr | k_pe] */
-    double *v;     /* [cap][v_w]: GQA values (NULL for MLA) */
-    double *idx_k; /* [cap][idx_head_dim]: glm-dsa indexer keys */
-} fw_layer_cache;
-
-struct gguf_fwd_ctx {
-    const gguf_model *m;
-    const gguf_hparams *hp;
-    gguf_fwd_opts o;
-    int prec;
-    int64_t n_past, cap;
-    int64_t k_w, v_w;
-    fw_layer_cache *lc;
-    fw_rope rope;       /* attention RoPE */
-    double kq_scale;
-    gguf_fwd_stats st;
-    uint64_t resident;  /* dequantized weight bytes alive now */
-    gguf_dequant_opts dq;
-    long page;
-};
-
 /* ------------------------------------------------------------ helpers */
 
-static void *xcalloc(size_t n, size_t sz)
+void *fw_xcalloc(size_t n, size_t sz)
 {
     if (n == 0)
         n = 1;
     return calloc(n, sz);
 }
 
-static int nomem(gguf_error *err, const char *what)
+int fw_nomem(gguf_error *err, const char *what)
 {
     return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "forward: out of memory (%s)", what);
 }
@@ -64,7 +42,7 @@ static int fw_dequant(gguf_fwd_ctx *c, const gguf_tensor *t, int64_t row0, int64
         return gguf_fail(err, rc, t->file_offset, "%s: bad row", t->name);
     float *buf = malloc((size_t)(n_rows * t->ne[0]) * sizeof(float) + 1);
     if (!buf)
-        return nomem(err, t->name);
+        return fw_nomem(err, t->name);
     rc = gguf_dequant_rows(t->type, t->data + (uint64_t)row0 * row_bytes, 0, buf, t->ne[0], n_rows,
                            &c->dq, err);
     if (rc) {
@@ -161,14 +139,14 @@ static int fw_norm_rows(gguf_fwd_ctx *c, double *y, const double *x, int64_t n_t
     return 0;
 }
 
-static int capture(gguf_fwd_ctx *c, int layer, const char *op, const double *data, int64_t width,
-                   int64_t n_tok, gguf_error *err)
+int fw_capture(gguf_fwd_ctx *c, int layer, const char *op, int rank, const double *data,
+               int64_t width, int64_t n_tok, gguf_error *err)
 {
     if (!c->o.capture)
         return 0;
     float *f = malloc((size_t)(width * n_tok) * sizeof(float) + 1);
     if (!f)
-        return nomem(err, "capture");
+        return fw_nomem(err, "capture");
     for (int64_t i = 0; i < width * n_tok; i++)
         f[i] = (float)data[i];
     char name[64];
@@ -176,7 +154,7 @@ static int capture(gguf_fwd_ctx *c, int layer, const char *op, const double *dat
         snprintf(name, sizeof name, "blk.%d.%s", layer, op);
     else
         snprintf(name, sizeof name, "%s", op);
-    gguf_fwd_capture cap = {name, layer, op, -1, f, {width, n_tok}, c->n_past};
+    gguf_fwd_capture cap = {name, layer, op, rank, f, {width, n_tok}, c->n_past};
     int rc = c->o.capture(c->o.capture_user, &cap);
     free(f);
     if (rc) {
@@ -197,7 +175,7 @@ int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "forward: no model");
     gguf_fwd_ctx *c = calloc(1, sizeof *c);
     if (!c)
-        return nomem(err, "context");
+        return fw_nomem(err, "context");
     c->m = m;
     c->hp = gguf_model_hparams(m);
     if (opts)
@@ -243,7 +221,7 @@ int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_
     c->lc = calloc((size_t)(hp->n_layer > 0 ? hp->n_layer : 1), sizeof *c->lc);
     if (!c->lc) {
         free(c);
-        return nomem(err, "cache");
+        return fw_nomem(err, "cache");
     }
     *out = c;
     return 0;
@@ -253,6 +231,7 @@ void gguf_fwd_ctx_free(gguf_fwd_ctx *c)
 {
     if (!c)
         return;
+    fw_tp_free(c);
     for (int64_t i = 0; i < c->hp->n_layer; i++) {
         free(c->lc[i].k);
         free(c->lc[i].v);
@@ -294,18 +273,18 @@ static int grow_cache(gguf_fwd_ctx *c, int64_t need_pos, gguf_error *err)
         fw_layer_cache *l = &c->lc[i];
         double *k = realloc(l->k, (size_t)(cap * c->k_w) * sizeof(double) + 8);
         if (!k)
-            return nomem(err, "KV cache");
+            return fw_nomem(err, "KV cache");
         l->k = k;
         if (c->v_w) {
             double *v = realloc(l->v, (size_t)(cap * c->v_w) * sizeof(double) + 8);
             if (!v)
-                return nomem(err, "KV cache");
+                return fw_nomem(err, "KV cache");
             l->v = v;
         }
         if (hp->idx_head_dim > 0 && W(c, i, GGUF_ROLE_IDX_ATTN_K)) {
             double *ik = realloc(l->idx_k, (size_t)(cap * hp->idx_head_dim) * sizeof(double) + 8);
             if (!ik)
-                return nomem(err, "indexer cache");
+                return fw_nomem(err, "indexer cache");
             l->idx_k = ik;
         }
     }
@@ -338,12 +317,12 @@ static int attn_gqa(gguf_fwd_ctx *c, int64_t il, const double *cur, int64_t n, d
     const int64_t nh = hp->n_head, nkv = hp->n_head_kv, dk = hp->n_embd_head_k,
                   dv = hp->n_embd_head_v, E = hp->n_embd;
     fw_layer_cache *L = &c->lc[il];
-    double *q = xcalloc((size_t)(n * nh * dk), sizeof(double));
-    double *o = xcalloc((size_t)(n * nh * dv), sizeof(double));
-    double *sc = xcalloc((size_t)(c->n_past + n), sizeof(double));
+    double *q = fw_xcalloc((size_t)(n * nh * dk), sizeof(double));
+    double *o = fw_xcalloc((size_t)(n * nh * dv), sizeof(double));
+    double *sc = fw_xcalloc((size_t)(c->n_past + n), sizeof(double));
     int rc = 0;
     if (!q || !o || !sc) {
-        rc = nomem(err, "attention");
+        rc = fw_nomem(err, "attention");
         goto done;
     }
     const gguf_tensor *wq = W(c, il, GGUF_ROLE_ATTN_Q), *wk = W(c, il, GGUF_ROLE_ATTN_K),
@@ -385,13 +364,12 @@ done:
  * 0..n_past+t it may attend to (keep[t][j]). Scores are
  *   sum_h w[t][h] relu(iq[t][h] . ik[j]) / sqrt(idx_head_dim * idx_n_head)
  * and the top-k keys are kept; with n_past+t+1 <= top-k every key is. */
-static int dsa_indexer(gguf_fwd_ctx *c, int64_t il, const double *cur, const double *qr, int64_t n,
-                       uint8_t *keep, int64_t n_keys_max, gguf_error *err)
+int fw_dsa_indexer(gguf_fwd_ctx *c, int64_t il, double *idx_cache, const double *cur,
+                   const double *qr, int64_t n, uint8_t *keep, int64_t n_keys_max, gguf_error *err)
 {
     const gguf_hparams *hp = c->hp;
     const int64_t nh = hp->idx_n_head, hd = hp->idx_head_dim, E = hp->n_embd;
     const int64_t top_k = c->o.idx_top_k > 0 ? c->o.idx_top_k : hp->idx_top_k;
-    fw_layer_cache *L = &c->lc[il];
     const gguf_tensor *wqb = W(c, il, GGUF_ROLE_IDX_ATTN_Q_B), *wk = W(c, il, GGUF_ROLE_IDX_ATTN_K),
                       *wp = W(c, il, GGUF_ROLE_IDX_PROJ), *kn = W(c, il, GGUF_ROLE_IDX_K_NORM),
                       *knb = W(c, il, GGUF_ROLE_IDX_K_NORM_BIAS);
@@ -399,17 +377,17 @@ static int dsa_indexer(gguf_fwd_ctx *c, int64_t il, const double *cur, const dou
         memset(keep, 1, (size_t)(n * n_keys_max));
         return 0;
     }
-    double *iq = xcalloc((size_t)(n * nh * hd), sizeof(double));
-    double *wt = xcalloc((size_t)(n * nh), sizeof(double));
-    double *score = xcalloc((size_t)n_keys_max, sizeof(double));
-    int64_t *sel = xcalloc((size_t)(top_k < n_keys_max ? top_k : n_keys_max) + 1, sizeof(int64_t));
+    double *iq = fw_xcalloc((size_t)(n * nh * hd), sizeof(double));
+    double *wt = fw_xcalloc((size_t)(n * nh), sizeof(double));
+    double *score = fw_xcalloc((size_t)n_keys_max, sizeof(double));
+    int64_t *sel = fw_xcalloc((size_t)(top_k < n_keys_max ? top_k : n_keys_max) + 1, sizeof(int64_t));
     float *knw = NULL, *knbw = NULL;
     int rc = 0;
     if (!iq || !wt || !score || !sel) {
-        rc = nomem(err, "indexer");
+        rc = fw_nomem(err, "indexer");
         goto done;
     }
-    double *ik = L->idx_k + c->n_past * hd;
+    double *ik = idx_cache + c->n_past * hd;
     if ((rc = fw_mm(c, iq, 0, qr, hp->q_lora_rank, wqb, 0, nh * hd, NULL, n, err)) ||
         (rc = fw_mm(c, ik, 0, cur, E, wk, 0, hd, NULL, n, err)) ||
         (rc = fw_mm(c, wt, 0, cur, E, wp, 0, nh, NULL, n, err)))
@@ -439,7 +417,7 @@ static int dsa_indexer(gguf_fwd_ctx *c, int64_t il, const double *cur, const dou
         for (int64_t j = 0; j < nk; j++) {
             double s = 0;
             for (int64_t h = 0; h < nh; h++) {
-                double d = fw_dot(iq + (t * nh + h) * hd, L->idx_k + j * hd, hd);
+                double d = fw_dot(iq + (t * nh + h) * hd, idx_cache + j * hd, hd);
                 if (d > 0)
                     s += wt[t * nh + h] * wscale * d;
             }
@@ -461,6 +439,110 @@ done:
     return rc;
 }
 
+/* MLA attention over a latent cache (rows [kv_cmpr (R) | k_pe (rope)], KW
+ * apart) for n queries q ([n][nh][nope+rope], RoPE applied), with k_b as
+ * [nh][R][nope] and v_b as [nh][dv][R]; keep[t][j] selects keys. Output o
+ * [n][nh*dv]. Plain: keys and values expanded per head; absorbed: k_b
+ * folded into the queries, v_b applied after. */
+int fw_mla_core(gguf_fwd_ctx *c, const double *cache, int64_t KW, int64_t R, int64_t nh,
+                int64_t nope, int64_t rope, int64_t dv, const double *q, const float *kb,
+                const float *vb, const uint8_t *keep, int64_t n, double *o, gguf_error *err)
+{
+    const int64_t dk = nope + rope, nk_all = c->n_past + n;
+    const double *lat_all = cache;
+    double *kx = NULL, *vx = NULL, *qa = NULL, *ol = NULL;
+    double *sc = fw_xcalloc((size_t)nk_all, sizeof(double));
+    int rc = 0;
+    if (!sc) {
+        rc = fw_nomem(err, "MLA");
+        goto done;
+    }
+    if (c->o.mla_mode == GGUF_FWD_MLA_ABSORBED) {
+        /* q_abs[h][r] = sum_j q_nope[h][j] k_b[h][r][j]; Q' = [q_abs | q_pe] */
+        const int64_t dq = R + rope;
+        qa = fw_xcalloc((size_t)(n * nh * dq), sizeof(double));
+        ol = fw_xcalloc((size_t)R, sizeof(double));
+        double *tmpw = fw_xcalloc((size_t)nope, sizeof(double));
+        if (!qa || !ol || !tmpw) {
+            free(tmpw);
+            rc = fw_nomem(err, "MLA");
+            goto done;
+        }
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t h = 0; h < nh; h++) {
+                const double *qh = q + (t * nh + h) * dk;
+                double *qah = qa + (t * nh + h) * dq;
+                for (int64_t r = 0; r < R; r++) {
+                    const float *kr = kb + (h * R + r) * nope;
+                    for (int64_t j = 0; j < nope; j++)
+                        tmpw[j] = kr[j];
+                    qah[r] = fw_dot(qh, tmpw, nope);
+                }
+                fw_round(qah, R, c->prec);
+                memcpy(qah + R, qh + nope, (size_t)rope * sizeof(double));
+            }
+        free(tmpw);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t h = 0; h < nh; h++) {
+                fw_attn_head(ol, qa + (t * nh + h) * dq, lat_all, KW, lat_all, KW, c->n_past + t + 1,
+                             keep + t * nk_all, dq, R, c->kq_scale, sc, c->prec);
+                double *oh = o + (t * nh + h) * dv;
+                for (int64_t d = 0; d < dv; d++) {
+                    const float *vr = vb + (h * dv + d) * R;
+                    double s = 0;
+                    for (int64_t r = 0; r < R; r++)
+                        s += (double)vr[r] * ol[r];
+                    oh[d] = s;
+                }
+                fw_round(oh, dv, c->prec);
+            }
+    } else {
+        /* expand keys and values of every cached position, per head */
+        kx = fw_xcalloc((size_t)(nk_all * nh * dk), sizeof(double));
+        vx = fw_xcalloc((size_t)(nk_all * nh * dv), sizeof(double));
+        if (!kx || !vx) {
+            rc = fw_nomem(err, "MLA");
+            goto done;
+        }
+        for (int64_t j = 0; j < nk_all; j++) {
+            const double *lj = lat_all + j * KW;
+            for (int64_t h = 0; h < nh; h++) {
+                double *kh = kx + (j * nh + h) * dk, *vh = vx + (j * nh + h) * dv;
+                for (int64_t i = 0; i < nope; i++)
+                    kh[i] = 0;
+                for (int64_t r = 0; r < R; r++) {
+                    const float *kr = kb + (h * R + r) * nope;
+                    const double lr = lj[r];
+                    for (int64_t i = 0; i < nope; i++)
+                        kh[i] += (double)kr[i] * lr;
+                }
+                fw_round(kh, nope, c->prec);
+                memcpy(kh + nope, lj + R, (size_t)rope * sizeof(double));
+                for (int64_t d = 0; d < dv; d++) {
+                    const float *vr = vb + (h * dv + d) * R;
+                    double s = 0;
+                    for (int64_t r = 0; r < R; r++)
+                        s += (double)vr[r] * lj[r];
+                    vh[d] = s;
+                }
+                fw_round(vh, dv, c->prec);
+            }
+        }
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t h = 0; h < nh; h++)
+                fw_attn_head(o + (t * nh + h) * dv, q + (t * nh + h) * dk, kx + h * dk, nh * dk,
+                             vx + h * dv, nh * dv, c->n_past + t + 1, keep + t * nk_all, dk, dv,
+                             c->kq_scale, sc, c->prec);
+    }
+done:
+    free(sc);
+    free(kx);
+    free(vx);
+    free(qa);
+    free(ol);
+    return rc;
+}
+
 /* MLA. The cache holds the latent [kv_cmpr (normed) | k_pe (roped)] per
  * position. Plain: expand per-head keys [k_nope | k_pe] and values from the
  * latent with attn_k_b / attn_v_b (or a legacy attn_kv_b). Absorbed: fold
@@ -474,23 +556,21 @@ static int attn_mla(gguf_fwd_ctx *c, int64_t il, const double *cur, int64_t n, d
                   dv = hp->v_head, R = hp->kv_lora_rank, E = hp->n_embd, KW = c->k_w;
     const int64_t nk_all = c->n_past + n;
     fw_layer_cache *L = &c->lc[il];
-    double *q = xcalloc((size_t)(n * nh * dk), sizeof(double));
+    double *q = fw_xcalloc((size_t)(n * nh * dk), sizeof(double));
     double *qr = NULL;
-    double *o = xcalloc((size_t)(n * nh * dv), sizeof(double));
-    double *sc = xcalloc((size_t)nk_all, sizeof(double));
-    uint8_t *keep = xcalloc((size_t)(n * nk_all), 1);
+    double *o = fw_xcalloc((size_t)(n * nh * dv), sizeof(double));
+    uint8_t *keep = fw_xcalloc((size_t)(n * nk_all), 1);
     float *kb = NULL, *vb = NULL;
-    double *kx = NULL, *vx = NULL, *qa = NULL, *ol = NULL;
     int rc = 0;
-    if (!q || !o || !sc || !keep) {
-        rc = nomem(err, "MLA");
+    if (!q || !o || !keep) {
+        rc = fw_nomem(err, "MLA");
         goto done;
     }
     /* queries */
     if (hp->q_lora_rank > 0) {
-        qr = xcalloc((size_t)(n * hp->q_lora_rank), sizeof(double));
+        qr = fw_xcalloc((size_t)(n * hp->q_lora_rank), sizeof(double));
         if (!qr) {
-            rc = nomem(err, "MLA");
+            rc = fw_nomem(err, "MLA");
             goto done;
         }
         const gguf_tensor *wqa = W(c, il, GGUF_ROLE_ATTN_Q_A), *wqb = W(c, il, GGUF_ROLE_ATTN_Q_B);
@@ -521,7 +601,7 @@ static int attn_mla(gguf_fwd_ctx *c, int64_t il, const double *cur, int64_t n, d
     }
     /* indexer selection (glm-dsa), else all causal keys */
     if (L->idx_k && qr) {
-        if ((rc = dsa_indexer(c, il, cur, qr, n, keep, nk_all, err)))
+        if ((rc = fw_dsa_indexer(c, il, L->idx_k, cur, qr, n, keep, nk_all, err)))
             goto done;
     } else {
         memset(keep, 1, (size_t)(n * nk_all));
@@ -542,7 +622,7 @@ static int attn_mla(gguf_fwd_ctx *c, int64_t il, const double *cur, int64_t n, d
         vb = malloc((size_t)(nh * dv * R) * sizeof(float) + 1);
         if (!kb || !vb) {
             fw_release(c, kv, t_rows(tkv) * R);
-            rc = nomem(err, "kv_b");
+            rc = fw_nomem(err, "kv_b");
             goto done;
         }
         c->resident += (uint64_t)(nh * R * (nope + dv)) * sizeof(float);
@@ -562,83 +642,8 @@ static int attn_mla(gguf_fwd_ctx *c, int64_t il, const double *cur, int64_t n, d
         goto done;
     }
 
-    if (c->o.mla_mode == GGUF_FWD_MLA_ABSORBED) {
-        /* q_abs[h][r] = sum_j q_nope[h][j] k_b[h][r][j]; Q' = [q_abs | q_pe] */
-        const int64_t dq = R + rope;
-        qa = xcalloc((size_t)(n * nh * dq), sizeof(double));
-        ol = xcalloc((size_t)R, sizeof(double));
-        double *tmpw = xcalloc((size_t)nope, sizeof(double));
-        if (!qa || !ol || !tmpw) {
-            free(tmpw);
-            rc = nomem(err, "MLA");
-            goto done;
-        }
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t h = 0; h < nh; h++) {
-                const double *qh = q + (t * nh + h) * dk;
-                double *qah = qa + (t * nh + h) * dq;
-                for (int64_t r = 0; r < R; r++) {
-                    const float *kr = kb + (h * R + r) * nope;
-                    for (int64_t j = 0; j < nope; j++)
-                        tmpw[j] = kr[j];
-                    qah[r] = fw_dot(qh, tmpw, nope);
-                }
-                fw_round(qah, R, c->prec);
-                memcpy(qah + R, qh + nope, (size_t)rope * sizeof(double));
-            }
-        free(tmpw);
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t h = 0; h < nh; h++) {
-                fw_attn_head(ol, qa + (t * nh + h) * dq, L->k, KW, L->k, KW, c->n_past + t + 1,
-                             keep + t * nk_all, dq, R, c->kq_scale, sc, c->prec);
-                double *oh = o + (t * nh + h) * dv;
-                for (int64_t d = 0; d < dv; d++) {
-                    const float *vr = vb + (h * dv + d) * R;
-                    double s = 0;
-                    for (int64_t r = 0; r < R; r++)
-                        s += (double)vr[r] * ol[r];
-                    oh[d] = s;
-                }
-                fw_round(oh, dv, c->prec);
-            }
-    } else {
-        /* expand keys and values of every cached position, per head */
-        kx = xcalloc((size_t)(nk_all * nh * dk), sizeof(double));
-        vx = xcalloc((size_t)(nk_all * nh * dv), sizeof(double));
-        if (!kx || !vx) {
-            rc = nomem(err, "MLA");
-            goto done;
-        }
-        for (int64_t j = 0; j < nk_all; j++) {
-            const double *lj = L->k + j * KW;
-            for (int64_t h = 0; h < nh; h++) {
-                double *kh = kx + (j * nh + h) * dk, *vh = vx + (j * nh + h) * dv;
-                for (int64_t i = 0; i < nope; i++)
-                    kh[i] = 0;
-                for (int64_t r = 0; r < R; r++) {
-                    const float *kr = kb + (h * R + r) * nope;
-                    const double lr = lj[r];
-                    for (int64_t i = 0; i < nope; i++)
-                        kh[i] += (double)kr[i] * lr;
-                }
-                fw_round(kh, nope, c->prec);
-                memcpy(kh + nope, lj + R, (size_t)rope * sizeof(double));
-                for (int64_t d = 0; d < dv; d++) {
-                    const float *vr = vb + (h * dv + d) * R;
-                    double s = 0;
-                    for (int64_t r = 0; r < R; r++)
-                        s += (double)vr[r] * lj[r];
-                    vh[d] = s;
-                }
-                fw_round(vh, dv, c->prec);
-            }
-        }
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t h = 0; h < nh; h++)
-                fw_attn_head(o + (t * nh + h) * dv, q + (t * nh + h) * dk, kx + h * dk, nh * dk,
-                             vx + h * dv, nh * dv, c->n_past + t + 1, keep + t * nk_all, dk, dv,
-                             c->kq_scale, sc, c->prec);
-    }
+    if ((rc = fw_mla_core(c, L->k, KW, R, nh, nope, rope, dv, q, kb, vb, keep, n, o, err)))
+        goto done;
     rc = fw_mm(c, out, 0, o, nh * dv, W(c, il, GGUF_ROLE_ATTN_OUT), 0, E, NULL, n, err);
 done:
     if (kb)
@@ -648,12 +653,7 @@ done:
     free(q);
     free(qr);
     free(o);
-    free(sc);
     free(keep);
-    free(kx);
-    free(vx);
-    free(qa);
-    free(ol);
     return rc;
 }
 
@@ -667,11 +667,11 @@ static int ffn_swiglu(gguf_fwd_ctx *c, const gguf_tensor *g, const gguf_tensor *
                       const double *x, int64_t n, double *out, gguf_error *err)
 {
     const int64_t E = c->hp->n_embd;
-    double *hg = xcalloc((size_t)(n * n_ff), sizeof(double));
-    double *hu = xcalloc((size_t)(n * n_ff), sizeof(double));
+    double *hg = fw_xcalloc((size_t)(n * n_ff), sizeof(double));
+    double *hu = fw_xcalloc((size_t)(n * n_ff), sizeof(double));
     int rc = 0;
     if (!hg || !hu)
-        rc = nomem(err, "FFN");
+        rc = fw_nomem(err, "FFN");
     if (!rc && !(rc = fw_mm(c, hg, 0, x, E, g, row0, n_ff, NULL, n, err)) &&
         !(rc = fw_mm(c, hu, 0, x, E, u, row0, n_ff, NULL, n, err))) {
         fw_swiglu(hg, hg, hu, n * n_ff, c->prec);
@@ -687,21 +687,21 @@ static int ffn_moe(gguf_fwd_ctx *c, int64_t il, const double *x, int64_t n, doub
 {
     const gguf_hparams *hp = c->hp;
     const int64_t E = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used, nff = hp->n_ff_exp;
-    double *logits = xcalloc((size_t)(n * ne), sizeof(double));
-    int64_t *ids = xcalloc((size_t)(n * nu), sizeof(int64_t));
-    double *wts = xcalloc((size_t)(n * nu), sizeof(double));
-    double *scr = xcalloc((size_t)(2 * ne + hp->n_group + 2), sizeof(double));
-    double *xs = xcalloc((size_t)(n * E), sizeof(double));
-    double *ys = xcalloc((size_t)(n * E), sizeof(double));
-    double *acc = xcalloc((size_t)(n * E), sizeof(double));
-    double *cap = xcalloc((size_t)(n * nu), sizeof(double));
-    int64_t *rows = xcalloc((size_t)n, sizeof(int64_t));
-    double *roww = xcalloc((size_t)n, sizeof(double));
+    double *logits = fw_xcalloc((size_t)(n * ne), sizeof(double));
+    int64_t *ids = fw_xcalloc((size_t)(n * nu), sizeof(int64_t));
+    double *wts = fw_xcalloc((size_t)(n * nu), sizeof(double));
+    double *scr = fw_xcalloc((size_t)(2 * ne + hp->n_group + 2), sizeof(double));
+    double *xs = fw_xcalloc((size_t)(n * E), sizeof(double));
+    double *ys = fw_xcalloc((size_t)(n * E), sizeof(double));
+    double *acc = fw_xcalloc((size_t)(n * E), sizeof(double));
+    double *cap = fw_xcalloc((size_t)(n * nu), sizeof(double));
+    int64_t *rows = fw_xcalloc((size_t)n, sizeof(int64_t));
+    double *roww = fw_xcalloc((size_t)n, sizeof(double));
     float *bias = NULL;
     const gguf_tensor *bt = W(c, il, GGUF_ROLE_FFN_EXP_PROBS_B);
     int rc = 0;
     if (!logits || !ids || !wts || !scr || !xs || !ys || !acc || !cap || !rows || !roww) {
-        rc = nomem(err, "MoE");
+        rc = fw_nomem(err, "MoE");
         goto done;
     }
     const gguf_tensor *gi = W(c, il, GGUF_ROLE_FFN_GATE_INP),
@@ -724,8 +724,8 @@ static int ffn_moe(gguf_fwd_ctx *c, int64_t il, const double *x, int64_t n, doub
         fw_moe_route(&cfg, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr, c->prec);
     for (int64_t i = 0; i < n * nu; i++)
         cap[i] = (double)ids[i];
-    if ((rc = capture(c, (int)il, "moe_experts", cap, nu, n, err)) ||
-        (rc = capture(c, (int)il, "moe_weights", wts, nu, n, err)))
+    if ((rc = fw_capture(c, (int)il, "moe_experts", -1, cap, nu, n, err)) ||
+        (rc = fw_capture(c, (int)il, "moe_weights", -1, wts, nu, n, err)))
         goto done;
     /* Each expert some token routes to: gather its tokens, run it once. */
     for (int64_t e = 0; e < ne; e++) {
@@ -781,14 +781,14 @@ done:
 
 /* ------------------------------------------------------------ eval */
 
-static double now_s(void)
+double fw_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void add_rows(double *x, const double *y, int64_t n, int prec)
+void fw_add_rows(double *x, const double *y, int64_t n, int prec)
 {
     for (int64_t i = 0; i < n; i++)
         x[i] += y[i];
@@ -807,16 +807,21 @@ int gguf_fwd_eval(gguf_fwd_ctx *c, const int32_t *tokens, int64_t n, float *logi
             return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                              "forward: token %lld is %d, outside the vocabulary (%lld)",
                              (long long)t, tokens[t], (long long)V);
-    const double t0 = now_s();
+    const double t0 = fw_now();
+    if (c->plan) {
+        int trc = fw_tp_eval(c, tokens, n, logits_out, err);
+        c->st.seconds += fw_now() - t0;
+        return trc;
+    }
     int rc = grow_cache(c, c->n_past + n, err);
     if (rc)
         return rc;
-    double *x = xcalloc((size_t)(n * E), sizeof(double));
-    double *cur = xcalloc((size_t)(n * E), sizeof(double));
-    double *y = xcalloc((size_t)(n * E), sizeof(double));
+    double *x = fw_xcalloc((size_t)(n * E), sizeof(double));
+    double *cur = fw_xcalloc((size_t)(n * E), sizeof(double));
+    double *y = fw_xcalloc((size_t)(n * E), sizeof(double));
     double *lg = NULL;
     if (!x || !cur || !y) {
-        rc = nomem(err, "activations");
+        rc = fw_nomem(err, "activations");
         goto done;
     }
     /* embeddings: one row of token_embd per token */
@@ -834,19 +839,19 @@ int gguf_fwd_eval(gguf_fwd_ctx *c, const int32_t *tokens, int64_t n, float *logi
     for (int64_t il = 0; il < hp->n_layer_main; il++) {
         const int L = (int)il;
         if ((rc = fw_norm_rows(c, cur, x, n, E, E, W(c, il, GGUF_ROLE_ATTN_NORM), err)) ||
-            (rc = capture(c, L, "attn_norm", cur, E, n, err)))
+            (rc = fw_capture(c, L, "attn_norm", -1, cur, E, n, err)))
             goto done;
         rc = hp->is_mla ? attn_mla(c, il, cur, n, y, err) : attn_gqa(c, il, cur, n, y, err);
-        if (rc || (rc = capture(c, L, "attn_out", y, E, n, err)))
+        if (rc || (rc = fw_capture(c, L, "attn_out", -1, y, E, n, err)))
             goto done;
-        add_rows(x, y, n * E, c->prec);
-        if ((rc = capture(c, L, "attn_residual", x, E, n, err)))
+        fw_add_rows(x, y, n * E, c->prec);
+        if ((rc = fw_capture(c, L, "attn_residual", -1, x, E, n, err)))
             goto done;
         const gguf_tensor *fn = W(c, il, GGUF_ROLE_FFN_NORM);
         if (!fn)
             fn = W(c, il, GGUF_ROLE_ATTN_POST_NORM);
         if ((rc = fw_norm_rows(c, cur, x, n, E, E, fn, err)) ||
-            (rc = capture(c, L, "ffn_norm", cur, E, n, err)))
+            (rc = fw_capture(c, L, "ffn_norm", -1, cur, E, n, err)))
             goto done;
         if (gguf_model_layer_kind(c->m, il) == GGUF_LAYER_MOE) {
             rc = ffn_moe(c, il, cur, n, y, err);
@@ -858,25 +863,25 @@ int gguf_fwd_eval(gguf_fwd_ctx *c, const int32_t *tokens, int64_t n, float *logi
                 !(rc = need(d, il, GGUF_ROLE_FFN_DOWN, err)))
                 rc = ffn_swiglu(c, g, u, d, 0, 0, g->ne[1], cur, n, y, err);
         }
-        if (rc || (rc = capture(c, L, "ffn_out", y, E, n, err)))
+        if (rc || (rc = fw_capture(c, L, "ffn_out", -1, y, E, n, err)))
             goto done;
-        add_rows(x, y, n * E, c->prec);
-        if ((rc = capture(c, L, "residual", x, E, n, err)))
+        fw_add_rows(x, y, n * E, c->prec);
+        if ((rc = fw_capture(c, L, "residual", -1, x, E, n, err)))
             goto done;
     }
     if ((rc = fw_norm_rows(c, cur, x, n, E, E, W(c, -1, GGUF_ROLE_OUTPUT_NORM), err)) ||
-        (rc = capture(c, -1, "output_norm", cur, E, n, err)))
+        (rc = fw_capture(c, -1, "output_norm", -1, cur, E, n, err)))
         goto done;
-    lg = xcalloc((size_t)(n * V), sizeof(double));
+    lg = fw_xcalloc((size_t)(n * V), sizeof(double));
     if (!lg) {
-        rc = nomem(err, "logits");
+        rc = fw_nomem(err, "logits");
         goto done;
     }
     const gguf_tensor *wo = W(c, -1, GGUF_ROLE_OUTPUT);
     if (!wo)
         wo = te; /* tied embeddings */
     if ((rc = fw_mm(c, lg, 0, cur, E, wo, 0, V, NULL, n, err)) ||
-        (rc = capture(c, -1, "logits", lg, V, n, err)))
+        (rc = fw_capture(c, -1, "logits", -1, lg, V, n, err)))
         goto done;
     if (logits_out)
         for (int64_t i = 0; i < n * V; i++)
@@ -887,6 +892,6 @@ done:
     free(cur);
     free(y);
     free(lg);
-    c->st.seconds += now_s() - t0;
+    c->st.seconds += fw_now() - t0;
     return rc;
 }

@@ -14,6 +14,8 @@
 #include "gguf/hash.h"
 #include "gguf/model.h"
 #include "gguf/record.h"
+#include "gguf/shard.h"
+#include "compare.h"
 #include "ref_forward.h"
 
 enum {
@@ -29,6 +31,13 @@ enum {
     OPT_DENSE_INDEXER,
     OPT_TOPK,
     OPT_STATS,
+    OPT_TP,
+    OPT_EP,
+    OPT_ENGINE,
+    OPT_INJECT,
+    OPT_COMPARE,
+    OPT_TOL,
+    OPT_HTML,
 };
 
 static const cli_opt options[] = {
@@ -45,6 +54,15 @@ static const cli_opt options[] = {
     {OPT_TOPK, "indexer-top-k", 1, "K", "glm-dsa: override the indexer's top-k"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
     {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
+    {OPT_TP, "tp", 1, "N", "virtual tensor parallel: N ranks from the shard plan, compared "
+     "with the single-rank reference (exit 1 on a divergence)"},
+    {OPT_EP, "ep", 1, "M", "with --tp: expert-parallel size of the plan"},
+    {OPT_ENGINE, "engine", 1, "vllm|sglang", "with --tp: whose sharding rules (default vllm)"},
+    {OPT_INJECT, "inject", 1, "FAULT[@LAYER]", "with --tp: break the plan with a fault of the "
+     "catalog (all layers, or one)"},
+    {OPT_COMPARE, "compare", 1, "REF.gguf", "compare this run's record with a reference record"},
+    {OPT_TOL, "tol", 1, "SPEC", "with --tp/--compare: tolerances over the defaults"},
+    {OPT_HTML, "html", 1, "REPORT.html", "with --tp/--compare: also write the HTML report"},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -59,7 +77,10 @@ static const cli_spec spec = {
     "  ref-forward model.gguf --tokens 1,17,42 --logits logits.npy\n"
     "  ref-forward model.gguf --tokens 1,2,3 -n 8 --json\n"
     "  ref-forward model.gguf --tokens 1,2,3 --record ref.gguf --zstd\n"
-    "  ref-forward model.gguf --tokens 1,2,3 --precision f64 --mla absorbed\n",
+    "  ref-forward model.gguf --tokens 1,2,3 --precision f64 --mla absorbed\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --tp 4\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --tp 8 --ep 8 --inject kv-b-rows@2 --html r.html\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --compare golden.gguf.zst\n",
 };
 
 typedef struct run_opts {
@@ -70,6 +91,9 @@ typedef struct run_opts {
     bool bos, json, zstd, stats;
     const char *logits_path, *record_path;
     gguf_fwd_opts fo;
+    int tp, ep;
+    gguf_engine engine;
+    const char *inject, *compare, *tol, *html;
 } run_opts;
 
 static int parse_tokens(const char *s, run_opts *o)
@@ -180,6 +204,16 @@ static int utf8_valid(const unsigned char *s, size_t n)
 
 /* A JSON string; bytes that are not UTF-8 (a token can end inside a
  * character) become U+FFFD so that the output stays valid JSON. */
+/* Captures of every rank (rank -1, the single-rank run, is rank 0). */
+static int rec_capture_rank(void *user, const gguf_fwd_capture *cap)
+{
+    rec_sink *s = user;
+    int64_t ne[2] = {cap->ne[0], cap->ne[1]};
+    gguf_error e;
+    return gguf_record_add(s->w, cap->name, cap->rank < 0 ? 0u : (uint32_t)cap->rank, 2, ne,
+                           cap->data, &e);
+}
+
 static void print_text_json(FILE *out, const char *s)
 {
     size_t n = strlen(s), at = 0, cap = n * 3 + 1;
@@ -204,6 +238,164 @@ static void print_text_json(FILE *out, const char *s)
     free(clean);
 }
 
+/* ---- temporary records ---- */
+
+/* A fresh folder under $TMPDIR and a file name inside it. */
+static int tmp_path(char *out, size_t size, const char *name)
+{
+    const char *td = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ref-forward-XXXXXX", td && *td ? td : "/tmp");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(out, size, "%s/%s.gguf", dir, name);
+    return 0;
+}
+
+static void tmp_cleanup(const char *path)
+{
+    unlink(path);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = 0;
+        rmdir(dir);
+    }
+}
+
+/* One forward over the input tokens, every capture into a record. */
+static int record_run(const run_opts *o, const gguf_set *set, const gguf_model *m,
+                      const gguf_shard_plan *plan, const char *path, const char *fault,
+                      gguf_error *err)
+{
+    const gguf_hparams *hp = gguf_model_hparams(m);
+    gguf_digest dg;
+    char hex[GGUF_DIGEST_HEX];
+    int rc = gguf_digest_set(set, NULL, &dg, o->fo.n_threads ? o->fo.n_threads : 1, NULL, err);
+    if (rc)
+        return rc;
+    gguf_digest_hex(&dg, hex);
+    const int tp = plan ? gguf_shard_plan_ranks(plan) : 1;
+    const gguf_shard_opts *so = plan ? gguf_shard_plan_opts(plan) : NULL;
+    gguf_record_meta rm = {0};
+    rm.model_digest = hex;
+    rm.tokens = o->tokens;
+    rm.n_tokens = (uint64_t)o->n_tokens;
+    rm.backend = plan ? "cpu-tp" : "cpu";
+    rm.precision = o->fo.precision == GGUF_FWD_F64 ? "f64" : "f32";
+    rm.tp = (uint32_t)tp;
+    rm.ep = so && so->ep > 1 ? (uint32_t)so->ep : 1;
+    rm.ranks = (uint32_t)tp;
+    rm.plan_digest = "";
+    rm.arch = hp->arch_name;
+    rm.fault = fault ? fault : "";
+    gguf_record_opts ro = {0};
+    ro.overwrite = true;
+    ro.no_sync = path != o->record_path;
+    ro.zstd = path == o->record_path && o->zstd;
+    rec_sink sink = {0};
+    rc = gguf_record_writer_create(&sink.w, path, &rm, &ro, err);
+    if (rc)
+        return rc;
+    gguf_fwd_opts fo = o->fo;
+    fo.capture = rec_capture_rank;
+    fo.capture_user = &sink;
+    fo.drop_pages = true;
+    gguf_fwd_ctx *ctx = NULL;
+    rc = plan ? gguf_fwd_tp_create(&ctx, m, plan, &fo, err) : gguf_fwd_ctx_create(&ctx, m, &fo, err);
+    if (!rc)
+        rc = gguf_fwd_eval(ctx, o->tokens, o->n_tokens, NULL, err);
+    gguf_fwd_ctx_free(ctx);
+    if (!rc)
+        rc = gguf_record_writer_finish(sink.w, err);
+    gguf_record_writer_free(sink.w);
+    return rc;
+}
+
+/* --tp: the single-rank reference (or --compare REF) against tp ranks. */
+static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
+{
+    gguf_error err = {0};
+    gguf_shard_plan *plan = NULL;
+    char ref[4200] = "", test[4200] = "";
+    int ret = CLI_EXIT_USAGE;
+    gguf_shard_opts so = {0};
+    so.tp = o->tp;
+    so.ep = o->ep;
+    so.engine = o->engine;
+    int rc = gguf_shard_plan_build(&plan, m, &so, &err);
+    if (rc) {
+        cli_error(spec.tool, &err);
+        return cli_exit_code(rc);
+    }
+    char fault_name[128] = "";
+    if (o->inject) {
+        char name[96];
+        snprintf(name, sizeof name, "%s", o->inject);
+        int64_t layer = -1;
+        char *at = strchr(name, '@');
+        if (at) {
+            *at = 0;
+            char *end;
+            layer = strtoll(at + 1, &end, 10);
+            if (end == at + 1 || *end || layer < 0) {
+                cli_errorf(spec.tool, "--inject: '%s' is not FAULT or FAULT@LAYER", o->inject);
+                goto done;
+            }
+        }
+        gguf_fault f;
+        if (gguf_fault_from_name(name, &f) || f == GGUF_FAULT_NONE) {
+            cli_errorf(spec.tool, "--inject: unknown fault '%s' (docs/faults.md lists them)", name);
+            goto done;
+        }
+        rc = gguf_shard_apply_fault(plan, f, layer, &err);
+        if (rc) {
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
+            goto done;
+        }
+        snprintf(fault_name, sizeof fault_name, "%s", o->inject);
+    }
+    if (!o->compare) {
+        if (tmp_path(ref, sizeof ref, "reference")) {
+            cli_errorf(spec.tool, "cannot make a temporary folder: %s", strerror(errno));
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
+        if ((rc = record_run(o, set, m, NULL, ref, NULL, &err))) {
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
+            goto done;
+        }
+    }
+    if (o->record_path) {
+        snprintf(test, sizeof test, "%s", o->record_path);
+    } else if (tmp_path(test, sizeof test, "tp")) {
+        cli_errorf(spec.tool, "cannot make a temporary folder: %s", strerror(errno));
+        ret = CLI_EXIT_ENV;
+        goto done;
+    }
+    if ((rc = record_run(o, set, m, plan, test, fault_name, &err))) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    refwd_compare_args ca = {0};
+    ca.tol = o->tol;
+    ca.html = o->html;
+    ca.json = o->json;
+    fflush(stdout);
+    ret = refwd_compare_files(o->compare ? o->compare : ref, test, &ca, stdout);
+done:
+    if (ref[0])
+        tmp_cleanup(ref);
+    if (test[0] && !o->record_path)
+        tmp_cleanup(test);
+    gguf_shard_plan_free(plan);
+    return ret;
+}
+
 int refwd_run_main(int argc, char **argv)
 {
     run_opts o = {0};
@@ -218,6 +410,7 @@ int refwd_run_main(int argc, char **argv)
     char *text = NULL;
     rec_sink sink = {0};
     gguf_error err = {0};
+    char tmp_rec[4200] = "";
 
     for (;;) {
         c = cli_next(&spec, argc, argv, &arg, &optind_);
@@ -281,6 +474,25 @@ int refwd_run_main(int argc, char **argv)
             }
             o.fo.idx_top_k = (int64_t)v;
             break;
+        case OPT_TP:
+        case OPT_EP:
+            if (cli_parse_u64(arg, &v) || v < 1 || v > 4096) {
+                cli_errorf(spec.tool, "--%s: '%s' is not a number from 1 to 4096",
+                           c == OPT_TP ? "tp" : "ep", arg);
+                goto done;
+            }
+            *(c == OPT_TP ? &o.tp : &o.ep) = (int)v;
+            break;
+        case OPT_ENGINE:
+            if (gguf_engine_from_name(arg, &o.engine)) {
+                cli_errorf(spec.tool, "--engine: '%s' is not vllm or sglang", arg);
+                goto done;
+            }
+            break;
+        case OPT_INJECT: o.inject = arg; break;
+        case OPT_COMPARE: o.compare = arg; break;
+        case OPT_TOL: o.tol = arg; break;
+        case OPT_HTML: o.html = arg; break;
         case OPT_THREADS:
             if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
                 cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
@@ -296,6 +508,18 @@ int refwd_run_main(int argc, char **argv)
     }
     if (o.zstd && !o.record_path) {
         cli_errorf(spec.tool, "--zstd needs --record");
+        goto done;
+    }
+    if ((o.ep || o.inject) && !o.tp) {
+        cli_errorf(spec.tool, "--%s needs --tp", o.ep ? "ep" : "inject");
+        goto done;
+    }
+    if ((o.tol || o.html) && !o.tp && !o.compare) {
+        cli_errorf(spec.tool, "--%s needs --tp or --compare", o.tol ? "tol" : "html");
+        goto done;
+    }
+    if (o.tp && (o.n_predict || o.logits_path)) {
+        cli_errorf(spec.tool, "--tp checks the input tokens: -n and --logits do not apply");
         goto done;
     }
 
@@ -334,7 +558,11 @@ int refwd_run_main(int argc, char **argv)
             goto done;
         }
 
-    if (o.record_path) {
+    if (o.tp) {
+        ret = run_tp(&o, set, m);
+        goto done;
+    }
+    if (o.record_path || o.compare) {
         gguf_digest dg;
         char hex[GGUF_DIGEST_HEX];
         rc = gguf_digest_set(set, NULL, &dg, o.fo.n_threads ? o.fo.n_threads : 1, NULL, &err);
@@ -357,6 +585,14 @@ int refwd_run_main(int argc, char **argv)
         gguf_record_opts ro = {0};
         ro.zstd = o.zstd;
         ro.overwrite = true;
+        if (!o.record_path) {
+            if (tmp_path(tmp_rec, sizeof tmp_rec, "run")) {
+                cli_errorf(spec.tool, "cannot make a temporary folder: %s", strerror(errno));
+                ret = CLI_EXIT_ENV;
+                goto done;
+            }
+            o.record_path = tmp_rec;
+        }
         rc = gguf_record_writer_create(&sink.w, o.record_path, &rm, &ro, &err);
         if (rc) {
             cli_error(spec.tool, &err);
@@ -470,7 +706,17 @@ int refwd_run_main(int argc, char **argv)
         }
     }
     ret = CLI_EXIT_OK;
+    if (o.compare) {
+        fflush(stdout);
+        refwd_compare_args ca = {0};
+        ca.tol = o.tol;
+        ca.html = o.html;
+        ca.json = o.json;
+        ret = refwd_compare_files(o.compare, o.record_path, &ca, stdout);
+    }
 done:
+    if (tmp_rec[0])
+        tmp_cleanup(tmp_rec);
     gguf_record_writer_free(sink.w);
     gguf_fwd_ctx_free(ctx);
     gguf_model_free(m);

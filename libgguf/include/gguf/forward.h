@@ -49,6 +49,7 @@
 #include "gguf/error.h"
 #include "gguf/file.h"
 #include "gguf/model.h"
+#include "gguf/shard.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -117,6 +118,21 @@ void gguf_fwd_ctx_free(gguf_fwd_ctx *ctx);
  */
 int gguf_fwd_eval(gguf_fwd_ctx *ctx, const int32_t *tokens, int64_t n, float *logits,
                   gguf_error *err);
+
+/*
+ * Virtual tensor parallel: a context that computes gguf_shard_plan_ranks(plan)
+ * ranks on the CPU, each with only the weights the plan gives it (all slicing
+ * comes from the plan, faults included) and the engine's collectives
+ * simulated (all-reduce after row-parallel ops where the plan says so, vocab
+ * all-gather, expert combination). Captures carry the rank (0..tp-1); every
+ * rank keeps its own residual stream, so a broken plan diverges on the ranks
+ * and at the op it breaks. The plan (and its model) must outlive the context.
+ * Evaluation is gguf_fwd_eval; logits are the gathered ones of rank 0.
+ * @return 0; GGUF_E_INVALID when the plan was built for another model;
+ *         the codes of gguf_fwd_ctx_create.
+ */
+int gguf_fwd_tp_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard_plan *plan,
+                       const gguf_fwd_opts *opts, gguf_error *err);
 
 /* Tokens evaluated so far. */
 int64_t gguf_fwd_ctx_n_past(const gguf_fwd_ctx *ctx);
