@@ -157,6 +157,10 @@ int gguf_compare(gguf_cmp_result **out, const gguf_record *a, const gguf_record 
                                gguf_record_path(a), ca->point, rka);
                 goto fail;
             }
+            if (!pb && (flags & GGUF_CMP_COMMON)) {
+                res->missing_in_b++;
+                continue;
+            }
             if (!pb) {
                 rc = gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET,
                                "%s: capture '%s' rank %u: missing (%s has it)",
@@ -193,6 +197,12 @@ int gguf_compare(gguf_cmp_result **out, const gguf_record *a, const gguf_record 
             if (gguf_cmp_check(e, &res->tol))
                 res->n_over++;
         }
+    }
+    if (res->n_entries == 0) {
+        rc = gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET,
+                       "%s: no capture point in common with %s", gguf_record_path(b),
+                       gguf_record_path(a));
+        goto fail;
     }
     qsort(res->entries, (size_t)res->n_entries, sizeof *res->entries, entry_cmp);
     for (int64_t i = 0; i < res->n_entries && res->first < 0; i++)

@@ -85,6 +85,9 @@ contains "$T/out" "max_abs"
 $FX drop "$T/f32.gguf" "$T/drop.gguf" blk.1.ffn_out
 expect 2 "$R" compare "$T/f32.gguf" "$T/drop.gguf"
 contains "$T/err" "ref-forward: error: $T/drop.gguf: capture 'blk.1.ffn_out' rank 0: missing ($T/f32.gguf has it)"
+expect 0 "$R" compare "$T/f32.gguf" "$T/drop.gguf" --common
+contains "$T/out" "1 capture(s) of A are missing in B (--common: not compared)"
+contains "$T/out" "result: SAME within tolerance: 17 comparisons"
 expect 0 "$R" compare "$T/drop.gguf" "$T/f32.gguf"
 contains "$T/out" "1 capture(s) of B have no counterpart in A (not compared)"
 $FX reshape "$T/f32.gguf" "$T/shape.gguf" blk.0.attn_out

@@ -358,6 +358,12 @@ START_TEST(not_comparable)
     ck_assert_ptr_null(res);
     ck_assert_msg(strstr(err.message, "m.gguf: capture 'logits' rank 0: missing") != NULL, "%s",
                   err.message);
+    /* With GGUF_CMP_COMMON the missing point is skipped and counted. */
+    gguf_cmp_opts common = {.flags = GGUF_CMP_COMMON};
+    ck_assert_int_eq(gguf_compare(&res, a, b, &common, &err), 0);
+    ck_assert_int_eq(res->missing_in_b, 1);
+    ck_assert_int_eq(res->n_entries, 8);
+    gguf_cmp_result_free(res);
     /* The other way round: extra captures of B are counted, not compared. */
     gguf_record *a8 = b;
     ck_assert_int_eq(gguf_compare(&res, a8, a, NULL, &err), 0);
@@ -413,6 +419,14 @@ START_TEST(not_comparable)
     gguf_record_close(y2);
     gguf_record_close(x);
     gguf_record_close(y);
+
+    /* Nothing in common, even with GGUF_CMP_COMMON. */
+    cap_spec other[1] = {{"blk.0.something_else", 0, 8, 2, 0}};
+    b = open_rec(make_record("o.gguf", 1, DIG, toks, 2, other, 1));
+    gguf_cmp_opts co = {.flags = GGUF_CMP_COMMON};
+    ck_assert_int_eq(gguf_compare(&res, a, b, &co, &err), GGUF_E_NOT_FOUND);
+    ck_assert(strstr(err.message, "no capture point in common") != NULL);
+    gguf_record_close(b);
 
     /* No captures at all. */
     b = open_rec(make_record("e.gguf", 1, DIG, toks, 2, ref, 0));

@@ -10,7 +10,7 @@
 #include "gguf/record.h"
 #include "ref_forward.h"
 
-enum { OPT_JSON = 300, OPT_HTML, OPT_TOL, OPT_ANY_MODEL, OPT_ANY_TOKENS, OPT_ALL };
+enum { OPT_JSON = 300, OPT_HTML, OPT_TOL, OPT_ANY_MODEL, OPT_ANY_TOKENS, OPT_ALL, OPT_COMMON };
 
 static const cli_opt compare_opts[] = {
     {OPT_TOL, "tol", 1, "SPEC",
@@ -20,6 +20,8 @@ static const cli_opt compare_opts[] = {
     {OPT_ALL, "all", 0, NULL, "list every rank in the table (default: the worst rank per point)"},
     {OPT_ANY_MODEL, "any-model", 0, NULL, "compare records of different models (e.g. Q4 vs F16)"},
     {OPT_ANY_TOKENS, "any-tokens", 0, NULL, "compare records of different token lists"},
+    {OPT_COMMON, "common", 0, NULL, "compare only the points both records have (engines that "
+     "capture fewer points)"},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -178,6 +180,9 @@ static void print_table(FILE *out, const gguf_record *a, const gguf_record *b,
     if (res->extra_in_b)
         fprintf(out, "\n%lld capture(s) of B have no counterpart in A (not compared)\n",
                 (long long)res->extra_in_b);
+    if (res->missing_in_b)
+        fprintf(out, "\n%lld capture(s) of A are missing in B (--common: not compared)\n",
+                (long long)res->missing_in_b);
     if (res->first >= 0)
         fprintf(out, "\nresult: DIFFERENT: %lld of %lld comparisons over tolerance\n",
                 (long long)res->n_over, (long long)res->n_entries);
@@ -292,6 +297,8 @@ static void print_json(FILE *out, const gguf_record *a, const gguf_record *b,
     fprintf(out, "%lld", (long long)res->n_over);
     json_key(out, "extra_in_b", &f);
     fprintf(out, "%lld", (long long)res->extra_in_b);
+    json_key(out, "missing_in_b", &f);
+    fprintf(out, "%lld", (long long)res->missing_in_b);
     json_key(out, "first_divergence", &f);
     if (res->first < 0) {
         fputs("null", out);
@@ -463,6 +470,7 @@ int refwd_compare_main(int argc, char **argv)
         case OPT_ALL: args.all = true; break;
         case OPT_ANY_MODEL: args.flags |= GGUF_CMP_ANY_MODEL; break;
         case OPT_ANY_TOKENS: args.flags |= GGUF_CMP_ANY_TOKENS; break;
+        case OPT_COMMON: args.flags |= GGUF_CMP_COMMON; break;
         default: return CLI_EXIT_USAGE;
         }
     }

@@ -106,6 +106,7 @@ typedef struct gguf_cmp_result {
     int64_t n_over;
     uint32_t ranks;          /* ranks compared (max of the two records) */
     int64_t extra_in_b;      /* captures of B with no partner in A (ignored) */
+    int64_t missing_in_b;    /* with GGUF_CMP_COMMON: (point, rank) pairs of A that B lacks */
     gguf_tol tol;            /* the bounds applied */
     char tol_origin[64];     /* e.g. "default f32 vs f64", "--tol" */
 } gguf_cmp_result;
@@ -113,6 +114,8 @@ typedef struct gguf_cmp_result {
 enum {
     GGUF_CMP_ANY_MODEL = 1u << 0,  /* compare records of different model digests */
     GGUF_CMP_ANY_TOKENS = 1u << 1, /* do not require equal token lists */
+    GGUF_CMP_COMMON = 1u << 2,     /* skip points of A that B lacks (engines that
+                                    * capture fewer points); counted in missing_in_b */
 };
 
 typedef struct gguf_cmp_opts {
@@ -146,8 +149,8 @@ int gguf_tol_parse(gguf_tol *tol, const char *spec, gguf_error *err);
  * with gguf_cmp_result_free); it borrows strings from A, so A must stay open
  * while the result is used. GGUF_E_MISMATCH means at least one entry is over
  * tolerance; err then names the first divergence.
- * @return 0; GGUF_E_MISMATCH; GGUF_E_NOT_FOUND (a point of A is missing in B,
- *         or A has no captures); GGUF_E_BAD_SHAPE (a point's shape differs);
+ * @return 0; GGUF_E_MISMATCH; GGUF_E_NOT_FOUND (a point of A is missing in B
+ *         without GGUF_CMP_COMMON, no point in common, or A has no captures); GGUF_E_BAD_SHAPE (a point's shape differs);
  *         GGUF_E_BAD_VALUE (different models or tokens without the ANY flags;
  *         rank counts that cannot be paired); GGUF_E_INVALID; GGUF_E_NOMEM.
  */
