@@ -247,6 +247,11 @@ static void write_plot(FILE *f, const gguf_cmp_result *res)
     }
     fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"" RED "\"/><text x=\"%.1f\" "
                "y=\"%.1f\" class=\"lg\">over tolerance</text>\n", lx + 12, ly + 6, lx + 30, ly + 10);
+    if (res->ranks > 1)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\">ranks that agree</text>"
+                   "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\">draw one line: the</text>"
+                   "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\">highest rank's colour</text>\n",
+                lx, ly + 34, lx, ly + 49, lx, ly + 64);
     fputs("</svg>\n", f);
     free(pidx);
 }
