@@ -4,85 +4,124 @@
  * arrays as JSON arrays) and `tensors` (name, type, shape in ggml ne order,
  * offset = absolute byte offset in its file, nbytes, and `file` for split sets).
  */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "inspect.h"
 
-/* Strings are written as UTF-8; invalid sequences become U+FFFD so the JSON stays valid. */
+/* Length of a valid UTF-8 sequence at p (n bytes left), or 0 if invalid. */
+static int utf8_seq(const unsigned char *p, uint64_t n)
+{
+    unsigned char c = p[0];
+    int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+    if (!len || n < (uint64_t)len)
+        return 0;
+    for (int k = 1; k < len; k++)
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+    if (len == 3) {
+        unsigned cp = ((c & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
+        if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+    } else if (len == 4) {
+        unsigned cp = ((c & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) |
+                      (p[3] & 0x3Fu);
+        if (cp < 0x10000 || cp > 0x10FFFF)
+            return 0;
+    }
+    return len;
+}
+
+/*
+ * Strings are written as UTF-8; invalid sequences become U+FFFD so the JSON stays valid.
+ * Runs of bytes that need no escape go out in one fwrite: vocabularies have 150k strings.
+ */
 static void json_utf8(FILE *out, const char *s, uint64_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
-    fputc('"', out);
-    uint64_t i = 0;
+    putc_unlocked('"', out);
+    uint64_t i = 0, run = 0;
     while (i < n) {
         unsigned char c = p[i];
-        if (c < 0x80) {
-            switch (c) {
-            case '"': fputs("\\\"", out); break;
-            case '\\': fputs("\\\\", out); break;
-            case '\n': fputs("\\n", out); break;
-            case '\r': fputs("\\r", out); break;
-            case '\t': fputs("\\t", out); break;
-            default:
-                if (c < 0x20 || c == 0x7f)
-                    fprintf(out, "\\u%04x", c);
-                else
-                    fputc(c, out);
-            }
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
             i++;
             continue;
         }
-        int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
-        bool ok = len > 0 && n - i >= (uint64_t)len;
-        for (int k = 1; ok && k < len; k++)
-            ok = (p[i + k] & 0xC0) == 0x80;
-        if (ok && len == 3) {
-            unsigned cp = ((c & 0x0Fu) << 12) | ((p[i + 1] & 0x3Fu) << 6) | (p[i + 2] & 0x3Fu);
-            ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
-        } else if (ok && len == 4) {
-            unsigned cp = ((c & 0x07u) << 18) | ((p[i + 1] & 0x3Fu) << 12) |
-                          ((p[i + 2] & 0x3Fu) << 6) | (p[i + 3] & 0x3Fu);
-            ok = cp >= 0x10000 && cp <= 0x10FFFF;
-        }
-        if (ok) {
-            fwrite(p + i, 1, (size_t)len, out);
+        int len = c >= 0x80 ? utf8_seq(p + i, n - i) : 0;
+        if (len) {
             i += (uint64_t)len;
-        } else {
-            fputs("\\ufffd", out);
-            i++;
+            continue;
         }
+        fwrite_unlocked(p + run, 1, i - run, out);
+        switch (c) {
+        case '"': fputs_unlocked("\\\"", out); break;
+        case '\\': fputs_unlocked("\\\\", out); break;
+        case '\n': fputs_unlocked("\\n", out); break;
+        case '\r': fputs_unlocked("\\r", out); break;
+        case '\t': fputs_unlocked("\\t", out); break;
+        default:
+            if (c < 0x80)
+                fprintf(out, "\\u%04x", c);
+            else
+                fputs_unlocked("\\ufffd", out);
+        }
+        i++;
+        run = i;
     }
-    fputc('"', out);
+    fwrite_unlocked(p + run, 1, i - run, out);
+    putc_unlocked('"', out);
+}
+
+/* Decimal digits of v, fast: long integer arrays (token types, ids) are common. */
+static void json_u64(FILE *out, uint64_t v)
+{
+    char buf[24];
+    int k = 24;
+    do {
+        buf[--k] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    fwrite_unlocked(buf + k, 1, (size_t)(24 - k), out);
+}
+
+static void json_i64(FILE *out, int64_t v)
+{
+    if (v < 0) {
+        putc_unlocked('-', out);
+        json_u64(out, (uint64_t)0 - (uint64_t)v);
+    } else {
+        json_u64(out, (uint64_t)v);
+    }
 }
 
 static void json_scalar(FILE *out, const gguf_value *v)
 {
     switch (v->type) {
-    case GGUF_VALUE_UINT8: fprintf(out, "%u", v->v.u8); break;
-    case GGUF_VALUE_INT8: fprintf(out, "%d", v->v.i8); break;
-    case GGUF_VALUE_UINT16: fprintf(out, "%u", v->v.u16); break;
-    case GGUF_VALUE_INT16: fprintf(out, "%d", v->v.i16); break;
-    case GGUF_VALUE_UINT32: fprintf(out, "%u", v->v.u32); break;
-    case GGUF_VALUE_INT32: fprintf(out, "%d", v->v.i32); break;
-    case GGUF_VALUE_UINT64: fprintf(out, "%llu", (unsigned long long)v->v.u64); break;
-    case GGUF_VALUE_INT64: fprintf(out, "%lld", (long long)v->v.i64); break;
-    /* Shortest forms that read back to the same float32 / float64. */
+    case GGUF_VALUE_UINT8: json_u64(out, v->v.u8); break;
+    case GGUF_VALUE_INT8: json_i64(out, v->v.i8); break;
+    case GGUF_VALUE_UINT16: json_u64(out, v->v.u16); break;
+    case GGUF_VALUE_INT16: json_i64(out, v->v.i16); break;
+    case GGUF_VALUE_UINT32: json_u64(out, v->v.u32); break;
+    case GGUF_VALUE_INT32: json_i64(out, v->v.i32); break;
+    case GGUF_VALUE_UINT64: json_u64(out, v->v.u64); break;
+    case GGUF_VALUE_INT64: json_i64(out, v->v.i64); break;
+    /* Shortest forms that read back to the same float32 / float64; integers exactly. */
     case GGUF_VALUE_FLOAT32:
-        if (v->v.f32 != v->v.f32 || v->v.f32 - v->v.f32 != 0)
-            fputs("null", out);
+    case GGUF_VALUE_FLOAT64: {
+        double d = v->type == GGUF_VALUE_FLOAT32 ? (double)v->v.f32 : v->v.f64;
+        if (d != d || d - d != 0)
+            fputs_unlocked("null", out);
+        else if (d == (double)(int64_t)d && d > -1e15 && d < 1e15 && (d != 0 || !signbit(d)))
+            json_i64(out, (int64_t)d);
         else
-            fprintf(out, "%.9g", (double)v->v.f32);
+            fprintf(out, v->type == GGUF_VALUE_FLOAT32 ? "%.9g" : "%.17g", d);
         break;
-    case GGUF_VALUE_FLOAT64:
-        if (v->v.f64 != v->v.f64 || v->v.f64 - v->v.f64 != 0)
-            fputs("null", out);
-        else
-            fprintf(out, "%.17g", v->v.f64);
-        break;
-    case GGUF_VALUE_BOOL: fputs(v->v.b ? "true" : "false", out); break;
+    }
+    case GGUF_VALUE_BOOL: fputs_unlocked(v->v.b ? "true" : "false", out); break;
     case GGUF_VALUE_STRING: json_utf8(out, v->v.str.data, v->v.str.len); break;
-    default: fputs("null", out);
+    default: fputs_unlocked("null", out);
     }
 }
 
@@ -95,7 +134,7 @@ void inspect_json_value(FILE *out, const gguf_value *v)
     fputc('[', out);
     for (uint64_t i = 0; i < v->v.arr.n; i++) {
         if (i)
-            fputc(',', out);
+            putc_unlocked(',', out);
         gguf_value e = gguf_value_elem(v, i);
         inspect_json_value(out, &e);
     }

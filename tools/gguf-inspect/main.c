@@ -81,6 +81,9 @@ int main(int argc, char **argv)
         cli_error(spec.tool, &err);
         return cli_exit_code(rc);
     }
+    /* Vocabularies make the JSON tens of MB: write it in large blocks. */
+    static char outbuf[1 << 20];
+    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
     inspect_digests d = {0};
     int ret = CLI_EXIT_OK;
     if (o.hash) {
