@@ -421,6 +421,39 @@ START_TEST(bad_zstd)
 }
 END_TEST
 
+/* Every file of the record fuzz corpus opens with the code its name starts with. */
+START_TEST(corpus_names)
+{
+    const char *src = getenv("GGUFKIT_SRC");
+    if (!src)
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/record", src);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[8192], want[64];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        const char *dash = strstr(e->d_name, "--");
+        ck_assert_ptr_nonnull(dash);
+        snprintf(want, sizeof want, "%.*s", (int)(dash - e->d_name), e->d_name);
+        gguf_record *r = NULL;
+        gguf_error err;
+        int rc = gguf_record_open(&r, path, &err);
+        const char *got = rc ? gguf_status_name(rc) : "valid";
+        ck_assert_msg(!strcmp(got, want), "%s: got %s (%s)", e->d_name, got, err.message);
+        gguf_record_close(r);
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_ge(n, 9);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("record");
@@ -437,6 +470,7 @@ static Suite *suite(void)
     tcase_add_test(t, not_a_record);
     tcase_add_test(t, bad_records);
     tcase_add_test(t, bad_zstd);
+    tcase_add_test(t, corpus_names);
     suite_add_tcase(s, t);
     return s;
 }
