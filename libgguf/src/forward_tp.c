@@ -503,7 +503,10 @@ static int tp_ffn_moe(gguf_fwd_ctx *c, int64_t il, int r, const double *x, int64
             }
         }
     fw_round(moe_part, n * E, c->prec);
-    *red_moe = de.e->reduce_sum;
+    /* Expert parallel: each token's experts live on different ranks, so the
+     * routed outputs are always combined (summed) over ranks; the plan's
+     * reduce flag governs the moe-tp partial sums of one expert. */
+    *red_moe = de.e->reduce_sum || gguf_shard_plan_opts(c->plan)->ep > 1;
     *has_sh = gguf_shard_plan_get(c->plan, il, GGUF_ROLE_FFN_GATE_SHEXP) != NULL;
     if (*has_sh) {
         if ((rc = tp_ffn_dense(c, il, r, GGUF_ROLE_FFN_GATE_SHEXP, GGUF_ROLE_FFN_UP_SHEXP,
