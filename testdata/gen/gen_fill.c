@@ -283,34 +283,33 @@ void gen_fill_rows(const gen_tensor *t, gen_rng *r, uint8_t *out, int64_t n_rows
             fill_block(t->type, r, t->scale, out + i * ti->type_size, ti->type_size);
         return;
     }
-    for (int64_t i = 0; i < n; i++) {
-        double v = value_of(t, r);
-        switch (t->type) {
-        case GGUF_TYPE_F32: {
-            float f = (float)v;
-            memcpy(out + i * 4, &f, 4);
-            break;
+    /* One loop per type: the value stream is the same for every type. */
+    switch (t->type) {
+    case GGUF_TYPE_F32:
+        for (int64_t i = 0; i < n; i++) {
+            float v = (float)value_of(t, r);
+            memcpy(out + i * 4, &v, 4);
         }
-        case GGUF_TYPE_F16:
-            put16(out + i * 2, gen_fp32_to_fp16((float)v));
-            break;
-        case GGUF_TYPE_BF16:
-            put16(out + i * 2, gen_fp32_to_bf16((float)v));
-            break;
-        case GGUF_TYPE_F64:
+        break;
+    case GGUF_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            put16(out + i * 2, gen_fp32_to_fp16((float)value_of(t, r)));
+        break;
+    case GGUF_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            put16(out + i * 2, gen_fp32_to_bf16((float)value_of(t, r)));
+        break;
+    case GGUF_TYPE_F64:
+        for (int64_t i = 0; i < n; i++) {
+            double v = value_of(t, r);
             memcpy(out + i * 8, &v, 8);
-            break;
-        case GGUF_TYPE_I8:
-        case GGUF_TYPE_I16:
-        case GGUF_TYPE_I32:
-        case GGUF_TYPE_I64: {
-            /* Integers: small values around what the float would be, x100. */
-            int64_t k = (int64_t)lround(v * 100.0);
-            memcpy(out + i * ti->type_size, &k, ti->type_size); /* little-endian */
-            break;
         }
-        default:
-            break;
+        break;
+    default: /* I8 .. I64: small integers, the value x 100, little-endian */
+        for (int64_t i = 0; i < n; i++) {
+            int64_t k = (int64_t)lround(value_of(t, r) * 100.0);
+            memcpy(out + i * ti->type_size, &k, ti->type_size);
         }
+        break;
     }
 }

@@ -53,6 +53,14 @@ uint16_t gen_fp32_to_fp16(float f)
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t a = x & 0x7fffffffu;
+    /* Fast path for results that are normal halves (2^-14 <= |f| < 65520): round
+     * to nearest even at bit 13, then rebias the exponent (127 -> 15); a carry
+     * out of the mantissa correctly bumps the exponent, up to Inf. */
+    if (a >= 0x38800000u && a < 0x477ff000u) {
+        uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+    }
     uint32_t exp = (x >> 23) & 0xffu;
     uint32_t man = x & 0x7fffffu;
     if (exp == 0xff)
