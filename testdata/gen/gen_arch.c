@@ -90,17 +90,19 @@ int gen_model_preset(gen_model_opts *m, const char *preset)
     if (!strcmp(preset, "tiny"))
         return 0; /* the defaults */
     if (!strcmp(preset, "1b")) {
-        /* Llama-3.2-1B-like sizes: about 1.2 billion parameters for llama */
+        /* Llama-3.2-1B-like sizes: 1.1 billion parameters for llama, 0.7 to 1.0 for
+         * the MoE architectures (8 experts of 512) */
         m->layers = 16, m->embd = 2048, m->heads = 32, m->kv_heads = 8, m->head_dim = 64;
-        m->ff = 8192, m->vocab = 32768, m->experts = 16, m->experts_used = 4;
-        m->expert_ff = 1024, m->q_lora = 512, m->kv_lora = 256, m->qk_nope = 64;
+        m->ff = 8192, m->vocab = 32768, m->experts = 8, m->experts_used = 2;
+        m->expert_ff = 512, m->q_lora = 512, m->kv_lora = 256, m->qk_nope = 64;
         m->qk_rope = 32, m->v_head = 64;
         return 0;
     }
     if (!strcmp(preset, "20b")) {
+        /* 19.5 billion parameters for llama, 19 to 21.3 for the MoE architectures */
         m->layers = 48, m->embd = 6144, m->heads = 48, m->kv_heads = 8, m->head_dim = 128;
-        m->ff = 16384, m->vocab = 65536, m->experts = 64, m->experts_used = 8;
-        m->expert_ff = 1536, m->q_lora = 1536, m->kv_lora = 512, m->qk_nope = 128;
+        m->ff = 16384, m->vocab = 65536, m->experts = 32, m->experts_used = 4;
+        m->expert_ff = 512, m->q_lora = 1536, m->kv_lora = 512, m->qk_nope = 128;
         m->qk_rope = 64, m->v_head = 128;
         return 0;
     }
