@@ -330,12 +330,16 @@ static int decompress(const char *name, const void *src, size_t n, void **out, s
     unsigned long long want = ZSTD_getFrameContentSize(src, n);
     if (want == ZSTD_CONTENTSIZE_ERROR)
         return gguf_fail(err, GGUF_E_NOT_GGUF, 0, "%s: corrupt zstd frame header", name);
-    size_t cap = want != ZSTD_CONTENTSIZE_UNKNOWN ? (size_t)want : n * 4 + 4096;
     if (want != ZSTD_CONTENTSIZE_UNKNOWN && want > MAX_DECOMPRESSED)
         return gguf_fail(err, GGUF_E_LIMIT, 0, "%s: decompressed size %llu over the limit",
                          name, want);
+    /* Trust the declared size only as far as the input could plausibly expand; a
+     * tiny file claiming gigabytes grows the buffer as data really arrives. */
+    uint64_t plausible = (uint64_t)n * 64 + (1u << 20);
+    uint64_t first = want != ZSTD_CONTENTSIZE_UNKNOWN && want < plausible ? want : plausible;
+    size_t cap = first ? (size_t)first : 4096;
     ZSTD_DCtx *d = ZSTD_createDCtx();
-    uint8_t *buf = malloc(cap ? cap : 1);
+    uint8_t *buf = malloc(cap);
     if (!d || !buf) {
         ZSTD_freeDCtx(d);
         free(buf);
@@ -351,7 +355,7 @@ static int decompress(const char *name, const void *src, size_t n, void **out, s
                                "%s: decompressed size over the limit", name);
                 break;
             }
-            size_t ncap = cap * 2;
+            size_t ncap = cap * 2; /* cap > 0 always: realloc never frees here */
             uint8_t *q = realloc(buf, ncap);
             if (!q) {
                 rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
