@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI regression check: every golden record of testdata/golden (f64 reference runs of
 # generated models, zstd-compressed) still matches what the forward pass computes today,
-# in f64 and in f32. A failure prints the comparison, first divergence first; after an
+# in f64, in f32, and under virtual tensor parallelism (tp 2 and 4). A failure prints the comparison, first divergence first; after an
 # intended change, testdata/golden/regen.sh rewrites the records (docs/ci-regression.md).
 source "$(dirname "$0")/lib.sh"
 R=$GGUFKIT_BIN/ref-forward
@@ -16,6 +16,18 @@ while read -r name tokens args; do
     [ -f "$G/$name.gguf.zst" ] || { fail "$name: golden record missing"; continue; }
     # shellcheck disable=SC2086
     "$GEN" model $GOLDEN_SMALL $args --no-sync "$T/$name.gguf" >/dev/null 2>&1
+    # Virtual tensor parallel against the same golden record: every rank must match.
+    for tp in 2 4; do
+        rc=0
+        "$R" "$T/$name.gguf" --tokens "$tokens" --tp $tp --compare "$G/$name.gguf.zst" \
+            >"$T/report" 2>&1 || rc=$?
+        if [ $rc -eq 0 ]; then
+            pass
+        else
+            fail "$name (--tp $tp against the f64 golden record): exit $rc"
+            grep -v ' ok$' "$T/report" | head -20 | sed 's/^/    /' >&2
+        fi
+    done
     for prec in f64 f32; do
         rc=0
         "$R" "$T/$name.gguf" --tokens "$tokens" --precision $prec --record "$T/$name-$prec.gguf" -q ||
@@ -32,4 +44,8 @@ while read -r name tokens args; do
     done
 done < <(grep -v '^#' "$G/models.txt")
 [ $n -ge 7 ] && pass || fail "only $n golden models listed"
+# The check can fail: a broken shard plan is caught by the golden record, at its layer.
+expect 1 "$R" "$T/qwen3moe-q4_0.gguf" --tokens 1,5,9,13 --tp 2 --inject rank0-everywhere@1 \
+    --compare "$G/qwen3moe-q4_0.gguf.zst"
+contains "$T/out" "FIRST DIVERGENCE: blk.1."
 finish
