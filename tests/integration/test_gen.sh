@@ -61,6 +61,16 @@ if cmp -s "$T/seed1.gguf" "$T/seed7.gguf"; then fail "--seed does not change the
 off=$("$INSPECT" --json "$T/seed1.gguf" | grep -o '"data_offset": *[0-9]*' | head -1 | tr -dc 0-9)
 if [ -n "$off" ] && cmp -s -n "$off" "$T/seed1.gguf" "$T/seed7.gguf"; then pass; else fail "--seed changed the header"; fi
 
+# ---- the data stream is stable: other modules keep fixtures and golden records made with it.
+# Changing these digests means every golden record downstream must be regenerated: say so in
+# the commit message and docs/gguf-gen.md.
+for pair in F16:926b483adf987cbb70be3a9e5ed4c1e5 Q4_K:80b6c42e36e25cfdf974f43470bae349 \
+    IQ2_XXS:f1718dac48882fbbb1a86b5a1572273b; do
+    expect 0 G model --arch glm-dsa -q --type "${pair%%:*}" "$T/stable-${pair%%:*}.gguf"
+    want "stable data stream, glm-dsa --type ${pair%%:*}" "$T/stable-${pair%%:*}.gguf" "d['model_xxh3_128']" \
+        "${pair#*:}" --hash
+done
+
 # ---- every architecture: opens, with its arch key, block count and key tensors ----
 declare -A TENSOR=([llama]=blk.0.attn_q.weight [qwen2]=blk.1.attn_q.bias [qwen3]=blk.1.attn_k_norm.weight
     [qwen3moe]=blk.0.ffn_gate_exps.weight [deepseek2]=blk.1.attn_k_b.weight
