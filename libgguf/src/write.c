@@ -624,6 +624,13 @@ static int copy_range(gguf_writer *w, int fd, uint64_t off, uint64_t n, gguf_err
 static int copy_sparse(gguf_writer *w, int fd, uint64_t off, uint64_t n, gguf_error *err)
 {
     uint64_t end = off + n;
+    /* SEEK_DATA past the end of a file that shrank reports ENXIO, the same as a
+     * trailing hole: without this check a truncated input became zeros. */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size < end)
+        return gguf_fail(err, GGUF_E_TRUNCATED, (uint64_t)st.st_size,
+                         "%s: input ended while copying (file shrank to %llu bytes?)", w->path,
+                         (unsigned long long)st.st_size);
     while (off < end) {
         off_t d = lseek(fd, (off_t)off, SEEK_DATA);
         if (d < 0 && errno == ENXIO)
