@@ -421,6 +421,10 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
         /* Reopening validates the output as any reader would. */
         if ((rc = gguf_file_open(&outs[k], part->path, NULL, err)))
             goto done;
+        /* Before inputs are deleted, read the output back from the device, not from
+         * the page cache: the file is fsynced, so its pages are clean and can go. */
+        if (o->delete_inputs && !o->no_sync)
+            (void)posix_fadvise(gguf_file_fd(outs[k]), 0, 0, POSIX_FADV_DONTNEED);
         if (gguf_file_tensor_count(outs[k]) != part->count ||
             gguf_file_size(outs[k]) != part->size) {
             rc = gguf_fail(err, GGUF_E_MISMATCH, GGUF_NO_OFFSET,

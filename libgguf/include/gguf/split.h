@@ -165,8 +165,9 @@ typedef struct gguf_split_report {
  * Execute a plan made from `in`: gguf_split_check_outputs, then write every
  * output, then verify / digest / delete as asked. report may be NULL.
  * Inputs are deleted only when every output is in place (fsynced, renamed,
- * folder fsynced) and every tensor of every output verified; parts are then
- * unlinked in order and their folder fsynced.
+ * folder fsynced) and every tensor of every output verified, reading the
+ * outputs back from the device (their cached pages are dropped first); parts
+ * are then unlinked in order and their folder fsynced.
  * @return 0; the codes of gguf_split_check_outputs; GGUF_E_IO; GGUF_E_NOSPACE
  *         (ENOSPC, EDQUOT, EFBIG); GGUF_E_INTERRUPTED; GGUF_E_TRUNCATED (an
  *         input shrank while copying); GGUF_E_MISMATCH (verification failed:
