@@ -149,8 +149,13 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
         char *c3 = c2 ? strchr(c2 + 1, ':') : NULL;
         const char *shape = field(line, ":shape="), *dtype = field(line, ":dtype=");
         const char *elems = field(line, ":elements="), *bytes = field(line, ":bytes=");
-        if (!c3 || !shape || !dtype || !elems || !bytes || shape != c3 + 7 ||
-            (size_t)(c3 - c2 - 1) >= GEN_NAME_MAX || c3 == c2 + 1) {
+        if (c3 && (size_t)(c3 - c2 - 1) >= GEN_NAME_MAX) {
+            snprintf(msg, msg_size, "%s:%llu: tensor name longer than %d bytes", map_path,
+                     (unsigned long long)lineno, GEN_NAME_MAX - 1);
+            rc = -1;
+            break;
+        }
+        if (!c3 || !shape || !dtype || !elems || !bytes || shape != c3 + 7 || c3 == c2 + 1) {
             snprintf(msg, msg_size, "%s:%llu: not a tensor map line (FILE:SHA256:NAME:shape=(...)"
                      ":dtype=T:elements=N:bytes=N)", map_path, (unsigned long long)lineno);
             rc = -1;
@@ -184,6 +189,12 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
             strtoull(bytes, NULL, 10) != row * (n_el / (uint64_t)(ne[0] ? ne[0] : 1))) {
             snprintf(msg, msg_size, "%s:%llu: %s: shape, type, elements and bytes disagree",
                      map_path, (unsigned long long)lineno, name);
+            rc = -1;
+            break;
+        }
+        if (find_name(&tp, name)) {
+            snprintf(msg, msg_size, "%s:%llu: %s: duplicate tensor name", map_path,
+                     (unsigned long long)lineno, name);
             rc = -1;
             break;
         }
@@ -267,7 +278,13 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
     }
     gen_kv_u32a(p, ar, "%s.attention.key_length", kv_lora + rope);
     gen_kv_u32a(p, ar, "%s.attention.value_length", kv_lora);
-    gen_kv_u32(p, "general.file_type", 1024);
+    /* file_type: that of the most common type among the matrices (BF16 -> 32, Q4_K -> 15) */
+    uint32_t count[GGUF_TYPE_COUNT] = {0}, common = GGUF_TYPE_F32;
+    for (uint32_t i = 0; i < tp.n_t; i++)
+        if (tp.t[i].n_dims >= 2 && tp.t[i].type < GGUF_TYPE_COUNT &&
+            ++count[tp.t[i].type] > count[common])
+            common = tp.t[i].type;
+    gen_kv_u32(p, "general.file_type", gen_file_type(common));
     gen_kv_u32a(p, ar, "%s.leading_dense_block_count", first_moe);
     gen_kv_u32a(p, ar, "%s.vocab_size", vocab);
     if (q_lora)
