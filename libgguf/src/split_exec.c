@@ -563,6 +563,16 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
         if ((rc = verify_and_digest(in, p, &o, r, err))) {
             remove_outputs(p, written);
             r->n_outputs = 0;
+            if (err && (rc == GGUF_E_INTERRUPTED || rc == GGUF_E_MISMATCH)) {
+                char why[sizeof err->message];
+                uint64_t at = err->offset;
+                snprintf(why, sizeof why, "%s", err->message);
+                if (rc == GGUF_E_INTERRUPTED)
+                    snprintf(why, sizeof why, "%s: interrupted while verifying",
+                             p->parts[0].path);
+                gguf_fail(err, rc, at, "%s; the output%s removed, the inputs are untouched", why,
+                          p->n_parts > 1 ? "s were" : " was");
+            }
             goto fail;
         }
     }

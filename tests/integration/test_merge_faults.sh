@@ -96,6 +96,26 @@ interrupt() { # SIGNAL
 }
 interrupt INT
 interrupt TERM
+
+# SIGINT during --verify (after the rename): the unverified output is removed as well.
+rc=0
+"$M" --merge --verify --threads 1 "$first" "$d/out.gguf" >"$T/out" 2>"$T/err" &
+pid=$!
+for i in $(seq 1 20000); do
+    [ -e "$d/out.gguf" ] && break
+    kill -0 $pid 2>/dev/null || break
+done
+kill -INT $pid 2>/dev/null || true
+wait $pid || rc=$?
+if [ $rc -eq 0 ]; then
+    echo "note: the verification finished before SIGINT arrived; not counted"
+    rm -f "$d/out.gguf"
+else
+    [ $rc -eq 3 ] && pass || fail "SIGINT in --verify: exit $rc: $(cat "$T/err")"
+    contains "$T/err" "out.gguf: interrupted while verifying; the output was removed"
+    absent "$d/out.gguf"
+    no_temp "$d"
+fi
 after=$(sums "$d"/s-*.gguf)
 [ "$before" = "$after" ] && pass || fail "an input changed after interrupts"
 

@@ -1,6 +1,7 @@
 /* Merge and split plans and their execution (gguf/split.h). */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,6 +382,50 @@ START_TEST(delete_inputs_and_manifest)
 }
 END_TEST
 
+/* The input changes after it was copied: verification sees the difference, exit code
+ * GGUF_E_MISMATCH, the output is removed. */
+typedef struct tamper {
+    const char *path;
+    uint64_t off;
+    bool done;
+} tamper;
+
+static void tamper_after_copy(void *ctx, int phase, uint64_t done, uint64_t total)
+{
+    tamper *t = ctx;
+    if (phase != GGUF_SPLIT_PHASE_COPY || done != total || t->done)
+        return;
+    int fd = open(t->path, O_WRONLY);
+    uint8_t x = 0xee;
+    ck_assert_int_eq(pwrite(fd, &x, 1, (off_t)t->off), 1);
+    close(fd);
+    t->done = true;
+}
+
+START_TEST(verify_mismatch_removes_output)
+{
+    make_model(p("m.gguf"), 6, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("out.gguf"), &err), 0);
+    const gguf_tensor *t3 = gguf_set_tensor_at(in, 3);
+    tamper tp = {p("m.gguf"), t3->file_offset + 5, false};
+    gguf_split_job_opts o = fast;
+    o.verify = true;
+    o.progress = tamper_after_copy;
+    o.progress_ctx = &tp;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, NULL, &err), GGUF_E_MISMATCH);
+    ck_assert(tp.done);
+    ck_assert_msg(strstr(err.message, "tensor 'blk.3.weight'") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "the output was removed") != NULL, "%s", err.message);
+    ck_assert_int_eq(access(p("out.gguf"), F_OK), -1);
+    ck_assert_int_eq(count_files(), 1);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+}
+END_TEST
+
 /* A file of 0 tensors splits into one metadata part and merges back. */
 START_TEST(no_tensors)
 {
@@ -416,6 +461,7 @@ int main(void)
     tcase_add_test(tc, cancel_mid_split);
     tcase_add_test(tc, delete_inputs_and_manifest);
     tcase_add_test(tc, no_tensors);
+    tcase_add_test(tc, verify_mismatch_removes_output);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
