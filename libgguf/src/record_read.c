@@ -307,6 +307,10 @@ static int index_record(gguf_record *r, gguf_error *err)
         if (gguf_record_capture_find(r, c->point, c->rank))
             return gguf_fail(err, GGUF_E_DUPLICATE, t->info_offset,
                              "%s: capture '%s' appears twice", r->path, t->name);
+        if ((uintptr_t)t->data % sizeof(float))
+            return gguf_fail(err, GGUF_E_BAD_OFFSET, t->file_offset,
+                             "%s: capture '%s': data not 4-byte aligned (general.alignment "
+                             "below 4?)", r->path, t->name);
         c->name = t->name;
         c->n_dims = t->n_dims;
         memcpy(c->ne, t->ne, sizeof c->ne);

@@ -389,6 +389,40 @@ START_TEST(bad_records)
 }
 END_TEST
 
+START_TEST(misaligned_data)
+{
+    /* general.alignment 1 and an odd-sized header put the floats off a 4-byte boundary;
+     * grow a name until the header size is not a multiple of 4. */
+    gguf_writer_opts o = {.no_sync = true};
+    gguf_writer *w = NULL;
+    gguf_error err;
+    char name[8] = "";
+    for (int k = 0; k < 4; k++) {
+        name[k] = 'x';
+        gguf_writer_free(w);
+        ck_assert_int_eq(gguf_writer_create(&w, tpath("odd.gguf"), &o, &err), 0);
+        ck_assert_int_eq(gguf_writer_add_u32(w, GGUF_KEY_ALIGNMENT, 1, &err), 0);
+        ck_assert_int_eq(gguf_writer_add_str(w, GGUF_RKEY_TYPE, GGUF_RECORD_TYPE, &err), 0);
+        ck_assert_int_eq(gguf_writer_add_u32(w, GGUF_RKEY_VERSION, 1, &err), 0);
+        ck_assert_int_eq(gguf_writer_add_str(w, "general.name", name, &err), 0);
+        int64_t ne[1] = {4};
+        ck_assert_int_eq(gguf_writer_add_tensor(w, "logits", GGUF_TYPE_F32, 1, ne, &err), 0);
+        if (gguf_writer_header_size(w) % 4)
+            break;
+    }
+    ck_assert_uint_ne(gguf_writer_header_size(w) % 4, 0);
+    static const float z[4];
+    ck_assert_int_eq(gguf_writer_write(w, z, sizeof z, &err), 0);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    gguf_record *r = NULL;
+    int rc = gguf_record_open(&r, tpath("odd.gguf"), &err);
+    ck_assert_msg(rc == GGUF_E_BAD_OFFSET, "%s: %s", gguf_status_name(rc), err.message);
+    ck_assert(strstr(err.message, "not 4-byte aligned") != NULL);
+    ck_assert_ptr_null(r);
+}
+END_TEST
+
 START_TEST(bad_zstd)
 {
     write_sample(tpath("z.zst"), 1, true);
@@ -471,6 +505,7 @@ static Suite *suite(void)
     tcase_add_test(t, bad_records);
     tcase_add_test(t, bad_zstd);
     tcase_add_test(t, corpus_names);
+    tcase_add_test(t, misaligned_data);
     suite_add_tcase(s, t);
     return s;
 }

@@ -164,7 +164,8 @@ typedef struct gguf_capture {
  * @return 0; the codes of gguf_file_open; GGUF_E_NOT_FOUND (general.type
  *         missing: a GGUF but not a record); GGUF_E_BAD_VALUE (another
  *         general.type, bad record metadata, bad rank suffix);
- *         GGUF_E_BAD_TYPE (a capture that is not F32); GGUF_E_UNSUPPORTED
+ *         GGUF_E_BAD_TYPE (a capture that is not F32); GGUF_E_BAD_OFFSET (capture
+ *         data not 4-byte aligned: general.alignment below 4); GGUF_E_UNSUPPORTED
  *         (record.version newer than this library); GGUF_E_TRUNCATED or
  *         GGUF_E_NOT_GGUF (corrupt zstd frame); GGUF_E_LIMIT (decompressed
  *         size over 64 GiB); GGUF_E_NOMEM.
