@@ -22,12 +22,12 @@ check_flaw() { # FLAW PART_NAMED TEXT
     contains "$T/err" "$3"
     nothing_written "$d" 3
 }
-check_flaw dup 1 "s-00002-of-00003.gguf: tensor 'blk.0.t0.weight' is also in"
+check_flaw dup 1 "s-00002-of-00003.gguf (part 2 of 3): tensor 'blk.0.t0.weight' is also in"
 check_flaw total 3 "split.tensors.count says 7 tensors but the 3 part(s) hold 6"
-check_flaw no 1 "s-00002-of-00003.gguf: split.no is 0 but the file name says part 2"
-check_flaw count 2 "s-00003-of-00003.gguf: split.count is 4 but the set has 3 parts"
-check_flaw version 1 "s-00002-of-00003.gguf: GGUF version 2 differs from part 1's 3"
-check_flaw align 3 "s-00002-of-00003.gguf: alignment 64 differs from part 1's 32"
+check_flaw no 1 "s-00002-of-00003.gguf (part 2 of 3): split.no is 0 but the file name says part 2"
+check_flaw count 2 "s-00003-of-00003.gguf (part 3 of 3): split.count is 4 but the set has 3 parts"
+check_flaw version 1 "s-00002-of-00003.gguf (part 2 of 3): GGUF version 2 differs from part 1's 3"
+check_flaw align 3 "s-00002-of-00003.gguf (part 2 of 3): alignment 64 differs from part 1's 32"
 check_flaw nokeys 1 "s-00002-of-00003.gguf: part 2 of 3 has no split.no/split.count keys"
 
 # A valid set to break one part at a time (restored after each case).
@@ -48,7 +48,7 @@ restore
 
 head -c 300 "$T/keep2" >"$P2"
 expect 2 "$M" --merge "$d/s-00001-of-00003.gguf" "$d/out.gguf"
-contains "$T/err" "s-00002-of-00003.gguf: tensor 'blk.1.t1.weight'"
+contains "$T/err" "s-00002-of-00003.gguf (part 2 of 3): tensor 'blk.1.t1.weight'"
 contains "$T/err" "truncated download?"
 nothing_written "$d" 3
 head -c 20 "$T/keep2" >"$P2"
@@ -58,17 +58,17 @@ restore
 
 printf 'version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 4840\n' >"$P2"
 expect 2 "$M" --merge "$d/s-00001-of-00003.gguf" "$d/out.gguf"
-contains "$T/err" "s-00002-of-00003.gguf: this is a Git LFS pointer file"
+contains "$T/err" "s-00002-of-00003.gguf (part 2 of 3): this is a Git LFS pointer file"
 nothing_written "$d" 3
 
 printf '<!DOCTYPE html>\n<html><head><title>Access denied</title></head><body>login</body></html>\n' >"$P2"
 expect 2 "$M" --merge "$d/s-00001-of-00003.gguf" "$d/out.gguf"
-contains "$T/err" "s-00002-of-00003.gguf: this is an HTML/XML page"
+contains "$T/err" "s-00002-of-00003.gguf (part 2 of 3): this is an HTML/XML page"
 nothing_written "$d" 3
 
 : >"$P2"
 expect 2 "$M" --merge "$d/s-00001-of-00003.gguf" "$d/out.gguf"
-contains "$T/err" "s-00002-of-00003.gguf: the file is empty"
+contains "$T/err" "s-00002-of-00003.gguf (part 2 of 3): the file is empty"
 nothing_written "$d" 3
 
 printf 'PK\003\004 not a gguf at all, a zip file' >"$P2"

@@ -222,7 +222,7 @@ int main(int argc, char **argv)
     gguf_split_plan *plan = NULL;
     gguf_split_report *rep = NULL;
     progress_ctx pc = {0};
-    int rc = gguf_set_open(&set, input, NULL, &err);
+    int rc = gguf_split_open_input(&set, input, &err);
     if (rc)
         goto done;
     if (merge)

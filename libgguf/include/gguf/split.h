@@ -5,7 +5,8 @@
  * The work has three steps, each a function, so a tool can stop after any of
  * them (--dry-run stops after the plan):
  *
- *   1. open the input with gguf_set_open() (file.h): it validates the whole set
+ *   1. open the input with gguf_split_open_input() (gguf_set_open of file.h,
+ *      with the failing part named in errors): it validates the whole set
  *      before anything is written: every part present and a valid GGUF file
  *      (truncated downloads, Git LFS pointers and HTML pages are named as such),
  *      split.no / split.count / split.tensors.count consistent, versions and
@@ -49,6 +50,14 @@ extern "C" {
 #endif
 
 #define GGUF_SPLIT_MAX_PARTS 65535u /* split.count is a uint16 */
+
+/*
+ * gguf_set_open (file.h) for the input of a merge or split, with the failing
+ * part named in the message: "m-00003-of-00010.gguf (part 3 of 10): this is a
+ * Git LFS pointer file ...".
+ * @return the codes of gguf_set_open.
+ */
+int gguf_split_open_input(gguf_set **out, const char *path, gguf_error *err);
 
 typedef enum gguf_split_kind {
     GGUF_PLAN_MERGE = 0, /* one output, no split.* keys */
