@@ -187,6 +187,8 @@ int gen_model_preset(gen_model_opts *m, const char *preset);
 int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_size);
 /* The tokenizer.* keys: a SentencePiece-style vocabulary of n tokens. */
 void gen_vocab_add(gen_plan *p, uint32_t n);
+/* general.size_label from the plan's tensors, as gguf-py computes it. */
+void gen_size_label(gen_plan *p);
 /* general.file_type for a weight type. */
 uint32_t gen_file_type(uint32_t weight_type);
 

@@ -5,6 +5,7 @@
  * against ../shared/testdata/hf/{llama,deepseek_v3}/model-f32.gguf and the
  * GLM-5.1 tensor map.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,6 +142,54 @@ uint32_t gen_file_type(uint32_t t)
     case GGUF_TYPE_Q1_0: return 40;
     default: return 1024; /* GUESSED: no file type names this tensor type */
     }
+}
+
+/*
+ * general.size_label as gguf-py computes it from the tensors (GGUFWriter's
+ * parameter count and utility.size_label): "558K", "1.1B", or for MoE models
+ * "8x1.1M" = experts x (shared parameters + parameters of one expert).
+ */
+void gen_size_label(gen_plan *p)
+{
+    uint64_t total = 0, shared = 0, expert = 0, expert_sum = 0, n_exp_t = 0;
+    for (uint32_t i = 0; i < p->n_t; i++) {
+        const gen_tensor *t = &p->t[i];
+        uint64_t size = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            size *= (uint64_t)t->ne[d];
+        bool bias = strstr(t->name, ".bias") != NULL;
+        if (strstr(t->name, "_exps.") && t->n_dims >= 3) {
+            /* numpy shape[-3] (shape[-2] for biases) is ggml ne[2] (ne[1]) */
+            uint64_t n = (uint64_t)t->ne[bias ? 1 : 2];
+            expert += size / n;
+            expert_sum += n;
+            n_exp_t++;
+        } else {
+            shared += size;
+        }
+        total += size;
+    }
+    uint64_t n_exp = n_exp_t ? expert_sum / n_exp_t : 0;
+    double v = (double)(n_exp ? shared + expert : total);
+    const char *suffix = "K";
+    double scaled = v * 1e-3;
+    if (v > 1e12)
+        scaled = v * 1e-12, suffix = "T";
+    else if (v > 1e9)
+        scaled = v * 1e-9, suffix = "B";
+    else if (v > 1e6)
+        scaled = v * 1e-6, suffix = "M";
+    /* digits of round(scaled) (half to even, as Python), leading zeros dropped */
+    char digits[32];
+    snprintf(digits, sizeof digits, "%.0f", nearbyint(scaled));
+    int nd = digits[0] == '0' ? 0 : (int)strlen(digits);
+    int fix = nd < 2 ? 2 - nd : 0;
+    char label[64];
+    if (n_exp)
+        snprintf(label, sizeof label, "%llux%.*f%s", (unsigned long long)n_exp, fix, scaled, suffix);
+    else
+        snprintf(label, sizeof label, "%.*f%s", fix, scaled, suffix);
+    gen_kv_str(p, "general.size_label", label);
 }
 
 /* ---- tokenizer ---- */
@@ -393,6 +442,7 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
     gen_kv_str(p, "general.architecture", ar);
     gen_kv_str(p, "general.type", "model");
     gen_kv_str(p, "general.name", m->name);
+    gen_kv_str(p, "general.size_label", ""); /* set once the tensors are known */
     gen_kv_u32a(p, ar, "%s.block_count", n_blocks);
     gen_kv_u32a(p, ar, "%s.context_length", m->ctx);
     gen_kv_u32a(p, ar, "%s.embedding_length", m->embd);
@@ -514,6 +564,7 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
         }
     }
     NORM(m->embd, "output_norm.weight");
+    gen_size_label(p);
     if (p->err) {
         snprintf(msg, msg_size, "out of memory");
         return -1;

@@ -254,6 +254,7 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
     gen_kv_str(p, "general.architecture", ar);
     gen_kv_str(p, "general.type", "model");
     gen_kv_str(p, "general.name", k->name);
+    gen_kv_str(p, "general.size_label", "");
     gen_kv_u32a(p, ar, "%s.block_count", n_blocks);
     gen_kv_u32a(p, ar, "%s.context_length", k->ctx);
     gen_kv_u32a(p, ar, "%s.embedding_length", embd);
@@ -317,6 +318,7 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
     p->t = tp.t, p->n_t = tp.n_t, p->cap_t = tp.cap_t;
     tp.t = NULL, tp.n_t = tp.cap_t = 0;
     gen_plan_free(&tp);
+    gen_size_label(p);
     if (p->err) {
         snprintf(msg, msg_size, "out of memory");
         return -1;
