@@ -62,6 +62,12 @@ contains "$T/out" "deleted 4 input parts"
 [ "$(ls "$d2")" = "out.gguf" ] && pass || fail "after --delete-inputs: $(ls "$d2")"
 expect 0 "$M" --merge --verify "$d/s-00001-of-00004.gguf" "$d2/again.gguf"
 cmp -s "$d2/out.gguf" "$d2/again.gguf" && pass || fail "--delete-inputs output differs"
+# A split with --delete-inputs removes its source only once the parts are verified.
+expect 0 "$M" --split --split-max-tensors 5 --delete-inputs "$d2/out.gguf" "$d2/re"
+contains "$T/out" "deleted 1 input part"
+absent "$d2/out.gguf"
+expect 0 "$M" --merge "$d2/re-00001-of-00008.gguf" "$d2/back.gguf"
+cmp -s "$d2/back.gguf" "$d2/again.gguf" && pass || fail "split --delete-inputs lost data"
 
 # --- interrupts in the middle of merging a sparse set over 4 GiB
 d=$T/sig
