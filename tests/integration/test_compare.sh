@@ -52,7 +52,15 @@ contains "$T/out" "blk.1.attn_out               2"
 contains "$T/out" "OVER (first)"
 contains "$T/out" "result: DIFFERENT: 8 of 72 comparisons over tolerance"
 contains "$T/out" "fault noise 0.01 at blk.1.attn_out rank 2"
-# --all lists every rank of every point.
+# -q: nothing when the records agree, the first divergence in one line when not.
+expect 0 "$R" compare "$T/f32.gguf" "$T/f32b.gguf" -q
+if [ ! -s "$T/out" ]; then pass; else fail "-q printed: $(head -2 "$T/out")"; fi
+expect 1 "$R" compare "$T/f32.gguf" "$T/tp4.gguf" -q
+if [ "$(wc -l <"$T/out")" -eq 1 ]; then pass; else fail "-q: $(cat "$T/out")"; fi
+contains "$T/out" "$T/tp4.gguf: first divergence at blk.1.attn_out (layer 1, op attn_out, rank 2): rel_l2"
+# --all (or -v) lists every rank of every point.
+expect 1 "$R" compare "$T/f32.gguf" "$T/tp4.gguf" -v
+if [ "$(grep -c '^blk.0.attn_out ' "$T/out")" = 4 ]; then pass; else fail "-v rows"; fi
 expect 1 "$R" compare "$T/f32.gguf" "$T/tp4.gguf" --all
 if [ "$(grep -c '^blk.0.attn_out ' "$T/out")" = 4 ]; then pass; else fail "--all rows"; fi
 expect 1 "$R" compare "$T/f32.gguf" "$T/tp4.gguf" --json

@@ -17,7 +17,8 @@ static const cli_opt compare_opts[] = {
      "tolerances: 1e-3 (rel_l2) or rel_l2=1e-3,kl=1e-4,top1=off,... over the defaults"},
     {OPT_JSON, "json", 0, NULL, "print one JSON object (schema in docs/records.md)"},
     {OPT_HTML, "html", 1, "REPORT.html", "also write a self-contained HTML report with a plot"},
-    {OPT_ALL, "all", 0, NULL, "list every rank in the table (default: the worst rank per point)"},
+    {OPT_ALL, "all", 0, NULL,
+     "list every rank in the table (default: the worst rank per point; also -v)"},
     {OPT_ANY_MODEL, "any-model", 0, NULL, "compare records of different models (e.g. Q4 vs F16)"},
     {OPT_ANY_TOKENS, "any-tokens", 0, NULL, "compare records of different token lists"},
     {OPT_COMMON, "common", 0, NULL, "compare only the points both records have (engines that "
@@ -38,7 +39,8 @@ static const cli_spec compare_spec = {
     .examples =
         "  ref-forward compare ref.gguf tp4.gguf\n"
         "  ref-forward compare golden.gguf.zst new.gguf --tol rel_l2=1e-3 --html report.html\n"
-        "  ref-forward compare ref.gguf engine.gguf --json | jq .first_divergence\n",
+        "  ref-forward compare ref.gguf engine.gguf --json | jq .first_divergence\n"
+        "  ref-forward compare golden.gguf.zst new.gguf -q   # one line, and only on a difference\n",
 };
 
 static const char *kind_name(uint32_t k)
@@ -424,8 +426,10 @@ int refwd_compare_files(const char *ref_path, const char *test_path,
         snprintf(res->tol_origin, sizeof res->tol_origin, "--tol %.50s", args->tol);
     if (args->json)
         print_json(out, a, b, res, args->json_embed);
-    else
-        print_table(out, a, b, res, args->all);
+    else if (cli_verbosity == 0 && rc == GGUF_E_MISMATCH)
+        fprintf(out, "%s\n", err.message); /* -q: the first divergence, one line */
+    else if (cli_verbosity > 0)
+        print_table(out, a, b, res, args->all || cli_verbosity > 1);
     fflush(out);
     ret = rc == GGUF_E_MISMATCH ? CLI_EXIT_DIFF : CLI_EXIT_OK;
     if (args->html) {
