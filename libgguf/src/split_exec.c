@@ -101,6 +101,9 @@ int gguf_split_check_outputs(const gguf_set *in, const gguf_split_plan *p, bool 
                                      "write over an input",
                                      out, i + 1, gguf_file_path(f));
             }
+            if (S_ISDIR(st.st_mode))
+                return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                                 "%s: the output is a folder; name the output file", out);
             if (!overwrite)
                 return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
                                  "%s: the output exists (use --force to replace it)", out);

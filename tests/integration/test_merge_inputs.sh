@@ -117,6 +117,8 @@ contains "$T/err" "the output is the input part 2"
 # Split outputs that are inputs.
 expect 2 "$M" --split --split-max-tensors 2 --force "$d/s-00001-of-00003.gguf" "$d/s"
 contains "$T/err" "the output is the input part"
+expect 2 "$M" --merge --force "$d/s-00001-of-00003.gguf" "$T/"
+contains "$T/err" "the output is a folder"
 expect 2 "$M" --merge "$d/s-00001-of-00003.gguf" "$T/no/such/folder/out.gguf"
 contains "$T/err" "does not exist"
 after=$(sums)
