@@ -39,19 +39,67 @@ double fw_dot(const double *a, const double *b, int64_t n)
     return (s0 + s1) + (s2 + s3);
 }
 
+/* f32 weights . f64 activations. Four partial sums (lanes i mod 4) in a
+ * fixed order, combined as (s0 + s1) + (s2 + s3); the tail goes to s0. Every
+ * path below computes exactly these operations, so a result does not depend
+ * on how tokens are grouped (one token, or four sharing the weight loads).
+ * Plain C: the build uses -std=c11, so no FMA contraction changes rounding. */
+typedef double fw_v2d __attribute__((vector_size(16)));
+
+static inline fw_v2d w2(const float *w)
+{
+    return (fw_v2d){(double)w[0], (double)w[1]};
+}
+
+static inline fw_v2d x2(const double *x)
+{
+    fw_v2d v;
+    memcpy(&v, x, sizeof v);
+    return v;
+}
+
 static double dot_fd(const float *w, const double *x, int64_t n)
 {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    fw_v2d a01 = {0, 0}, a23 = {0, 0};
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        s0 += (double)w[i] * x[i];
-        s1 += (double)w[i + 1] * x[i + 1];
-        s2 += (double)w[i + 2] * x[i + 2];
-        s3 += (double)w[i + 3] * x[i + 3];
+        a01 += w2(w + i) * x2(x + i);
+        a23 += w2(w + i + 2) * x2(x + i + 2);
     }
+    double s0 = a01[0], s1 = a01[1], s2 = a23[0], s3 = a23[1];
     for (; i < n; i++)
         s0 += (double)w[i] * x[i];
     return (s0 + s1) + (s2 + s3);
+}
+
+/* The same for four activation rows sharing one weight row. */
+static void dot_fd4(const float *w, const double *x, int64_t xs, int64_t n, double out[4])
+{
+    const double *x0 = x, *x1 = x + xs, *x2p = x + 2 * xs, *x3 = x + 3 * xs;
+    fw_v2d a0 = {0, 0}, b0 = {0, 0}, a1 = {0, 0}, b1 = {0, 0};
+    fw_v2d a2 = {0, 0}, b2 = {0, 0}, a3 = {0, 0}, b3 = {0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const fw_v2d wl = w2(w + i), wh = w2(w + i + 2);
+        a0 += wl * x2(x0 + i);
+        b0 += wh * x2(x0 + i + 2);
+        a1 += wl * x2(x1 + i);
+        b1 += wh * x2(x1 + i + 2);
+        a2 += wl * x2(x2p + i);
+        b2 += wh * x2(x2p + i + 2);
+        a3 += wl * x2(x3 + i);
+        b3 += wh * x2(x3 + i + 2);
+    }
+    double s[4][4] = {{a0[0], a0[1], b0[0], b0[1]},
+                      {a1[0], a1[1], b1[0], b1[1]},
+                      {a2[0], a2[1], b2[0], b2[1]},
+                      {a3[0], a3[1], b3[0], b3[1]}};
+    const double *xr[4] = {x0, x1, x2p, x3};
+    for (int t = 0; t < 4; t++) {
+        for (int64_t j = i; j < n; j++)
+            s[t][0] += (double)w[j] * xr[t][j];
+        out[t] = (s[t][0] + s[t][1]) + (s[t][2] + s[t][3]);
+    }
 }
 
 void fw_rmsnorm(double *y, const double *x, const float *w, int64_t n, double eps, int prec)
@@ -108,11 +156,21 @@ static void mm_range(void *arg, int64_t o0, int64_t o1)
     for (int64_t o = o0; o < o1; o++) {
         const float *w = j->W + o * j->n_in;
         const double b = j->bias ? (double)j->bias[o] : 0.0;
-        for (int64_t t = 0; t < j->n_tok; t++) {
-            double s = dot_fd(w, j->x + t * j->xs, j->n_in);
-            if (j->bias)
-                s = rnd(s, j->prec) + b; /* ggml adds the bias as its own op */
-            j->y[t * j->ys + o] = rnd(s, j->prec);
+        int64_t t = 0;
+        double d[4];
+        for (; t < j->n_tok; t += 4) {
+            const int k = j->n_tok - t >= 4 ? 4 : (int)(j->n_tok - t);
+            if (k == 4)
+                dot_fd4(w, j->x + t * j->xs, j->xs, j->n_in, d);
+            else
+                for (int u = 0; u < k; u++)
+                    d[u] = dot_fd(w, j->x + (t + u) * j->xs, j->n_in);
+            for (int u = 0; u < k; u++) {
+                double s = d[u];
+                if (j->bias)
+                    s = rnd(s, j->prec) + b; /* ggml adds the bias as its own op */
+                j->y[(t + u) * j->ys + o] = rnd(s, j->prec);
+            }
         }
     }
 }

@@ -100,6 +100,8 @@ int main(int argc, char **argv)
     o.n_threads = threads;
     o.drop_pages = true;
     float *logits = malloc(sizeof(float) * (size_t)(n_tok * hp->n_vocab));
+    struct rusage ru0;
+    getrusage(RUSAGE_SELF, &ru0);
     if (!logits || gguf_fwd_ctx_create(&ctx, m, &o, &err) ||
         gguf_fwd_eval(ctx, tok, n_tok, logits, &err)) {
         fprintf(stderr, "bench_forward: %s\n", err.message);
@@ -109,6 +111,12 @@ int main(int argc, char **argv)
     gguf_fwd_ctx_stats(ctx, &st);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru); /* before the bandwidth buffer exists */
+    /* CPU time of the forward: on a shared machine the wall time mostly
+     * measures the other processes */
+    const double cpu = (double)(ru.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+                       (double)(ru.ru_utime.tv_usec - ru0.ru_utime.tv_usec) * 1e-6 +
+                       (double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                       (double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec) * 1e-6;
     const double bw = read_bandwidth();
     const double rss = (double)ru.ru_maxrss * 1024.0;
     const double MiB = 1024.0 * 1024.0;
@@ -116,7 +124,10 @@ int main(int argc, char **argv)
            hp->arch_name, (long long)hp->n_layer, (long long)hp->n_embd, (double)total / (MiB * 1024));
     printf("prompt           %d tokens, %d thread(s)\n", n_tok, threads);
     printf("time             %.2f s\n", st.seconds);
-    printf("tokens/s         %.2f\n", n_tok / st.seconds);
+    printf("cpu time         %.2f s (user + system, all threads)\n", cpu);
+    printf("tokens/s         %.2f wall, %.2f per cpu-second\n", n_tok / st.seconds, n_tok / cpu);
+    printf("matmul rate      %.1f GFLOP per cpu-second (2 x params x tokens)\n",
+           2.0 * (double)st.dequant_floats * n_tok / cpu / 1e9);
     printf("weights read     %.1f MiB/s  (%.2f GiB in total)\n",
            (double)st.weight_bytes / st.seconds / MiB, (double)st.weight_bytes / (MiB * 1024));
     printf("memory read bw   %.0f MiB/s  (sum of a 256 MiB buffer, best of 3)\n", bw / MiB);
