@@ -228,6 +228,61 @@ START_TEST(split_by_size_is_hard_limit)
 }
 END_TEST
 
+/* Random models, limits and alignments: every plan executes (the writer agrees with
+ * the planned size of every part), no part exceeds its limits, and the parts merge back
+ * into the original bytes. */
+START_TEST(random_plans)
+{
+    uint64_t seed = 12345;
+    static const uint32_t aligns[] = {0, 64, 256, 4096};
+    int executed = 0;
+    for (int round = 0; round < 24; round++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int n = (int)(seed >> 60) + 1;
+        uint32_t align = aligns[(seed >> 20) % 4];
+        char name[64], prefix[64], back[64];
+        snprintf(name, sizeof name, "r%d.gguf", round);
+        snprintf(prefix, sizeof prefix, "r%d", round);
+        snprintf(back, sizeof back, "r%d-back.gguf", round);
+        make_model(p(name), n, align);
+        gguf_set *in = open_set(p(name));
+        gguf_split_limits lim = {0};
+        lim.max_tensors = (seed >> 8) % 3 ? (seed >> 12) % 6 + 1 : 0;
+        lim.max_size = (seed >> 16) % 2 ? 5000 + (seed >> 24) % 20000 : 0;
+        lim.no_tensor_first_split = (seed >> 40) % 4 == 0;
+        gguf_split_plan *plan;
+        gguf_error err;
+        int rc = gguf_split_plan_make(&plan, in, p(prefix), &lim, &err);
+        if (rc == GGUF_E_LIMIT) { /* a tensor bigger than the limit: fine, checked */
+            gguf_set_close(in);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s", err.message);
+        ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
+        executed++;
+        for (uint32_t k = 0; k < plan->n_parts; k++) {
+            ck_assert_uint_eq(file_size(plan->parts[k].path), plan->parts[k].size);
+            if (lim.max_size)
+                ck_assert_uint_le(plan->parts[k].size, lim.max_size);
+            if (lim.max_tensors)
+                ck_assert_uint_le((uint64_t)plan->parts[k].count, lim.max_tensors);
+            if (k > 0 || !lim.no_tensor_first_split)
+                ck_assert_int_ge(plan->parts[k].count, k == 0 && lim.max_size ? 0 : 1);
+        }
+        gguf_set *parts = open_set(plan->parts[plan->n_parts - 1].path);
+        gguf_split_plan *mp;
+        ck_assert_int_eq(gguf_merge_plan(&mp, parts, p(back), &err), 0);
+        ck_assert_int_eq(gguf_split_execute(parts, mp, &fast, NULL, &err), 0);
+        ck_assert(same_bytes(p(name), p(back)));
+        gguf_split_plan_free(mp);
+        gguf_set_close(parts);
+        gguf_split_plan_free(plan);
+        gguf_set_close(in);
+    }
+    ck_assert_int_ge(executed, 16);
+}
+END_TEST
+
 START_TEST(split_tensor_too_big)
 {
     make_model(p("m.gguf"), 5, 0);
@@ -455,6 +510,7 @@ int main(void)
     tcase_add_test(tc, kv_bytes);
     tcase_add_test(tc, split_merge_round_trip);
     tcase_add_test(tc, split_by_size_is_hard_limit);
+    tcase_add_test(tc, random_plans);
     tcase_add_test(tc, split_tensor_too_big);
     tcase_add_test(tc, outputs_checked);
     tcase_add_test(tc, cancel_removes_everything);
