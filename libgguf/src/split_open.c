@@ -9,6 +9,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* A part that is a folder, a device or a pipe is a bad input (exit 2), not an
+ * I/O failure of the environment (exit 3) as gguf_file_open classifies it. */
+static int classify(int rc, const char *failed, gguf_error *err)
+{
+    struct stat st;
+    if (rc == GGUF_E_IO && failed && stat(failed, &st) == 0 && !S_ISREG(st.st_mode)) {
+        err->code = GGUF_E_INVALID;
+        return GGUF_E_INVALID;
+    }
+    return rc;
+}
 
 int gguf_split_open_input(gguf_set **out, const char *path, gguf_error *err)
 {
@@ -18,6 +31,7 @@ int gguf_split_open_input(gguf_set **out, const char *path, gguf_error *err)
     size_t plen = strlen(path) + 1;
     char *prefix = malloc(plen), *name = malloc(plen + 32);
     uint32_t no, count;
+    const char *failed = path;
     if (prefix && name && gguf_split_parse_name(path, prefix, plen, &no, &count) && count > 1) {
         for (uint32_t i = 1; i <= count; i++) {
             if (gguf_split_part_name(name, plen + 32, prefix, i, count))
@@ -35,9 +49,11 @@ int gguf_split_open_input(gguf_set **out, const char *path, gguf_error *err)
                           rest);
                 err->sys_errno = e;
             }
+            failed = name;
             break;
         }
     }
+    rc = classify(rc, failed, err);
     free(prefix);
     free(name);
     return rc;

@@ -77,6 +77,12 @@ contains "$T/err" "s-00002-of-00003.gguf"
 nothing_written "$d" 3
 restore
 
+rm "$P2" && mkdir "$P2"
+expect 2 "$M" --merge "$d/s-00001-of-00003.gguf" "$d/out.gguf"
+contains "$T/err" "s-00002-of-00003.gguf (part 2 of 3): not a regular file"
+nothing_written "$d" 3
+restore
+
 # A part of another set: same names, other content.
 mkdir -p "$T/other"
 python3 "$FX" set "$T/other/s" --flaw total

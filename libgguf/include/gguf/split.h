@@ -55,7 +55,8 @@ extern "C" {
  * gguf_set_open (file.h) for the input of a merge or split, with the failing
  * part named in the message: "m-00003-of-00010.gguf (part 3 of 10): this is a
  * Git LFS pointer file ...".
- * @return the codes of gguf_set_open.
+ * @return the codes of gguf_set_open, except GGUF_E_INVALID (not GGUF_E_IO)
+ *         for a part that is a folder, a device or a pipe: a bad input.
  */
 int gguf_split_open_input(gguf_set **out, const char *path, gguf_error *err);
 
