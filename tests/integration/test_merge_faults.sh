@@ -48,6 +48,12 @@ if [ "$(id -u)" -eq 0 ] && mkdir -p "$T/small" && mount -t tmpfs -o size=2m tmpf
     # A small merge fits and works there.
     expect 0 "$M" --merge "$d/s-00001-of-00004.gguf" "$T/small/out.gguf"
     umount "$T/small"
+    # A read-only file system: an I/O error (EROFS) when the temporary file is created.
+    if mount -t tmpfs -o size=2m,ro tmpfs "$T/small" 2>/dev/null; then
+        expect 3 "$M" --merge "$d/s-00001-of-00004.gguf" "$T/small/out.gguf"
+        contains "$T/err" "cannot create a temporary file beside the output: Read-only file system"
+        umount "$T/small"
+    fi
 else
     echo "note: cannot mount a tmpfs here; the free-space refusal is not tested"
 fi
