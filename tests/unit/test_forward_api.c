@@ -260,6 +260,19 @@ START_TEST(tp_one_rank_equals_reference)
         float *ref = run_logits(om.m, NULL, 0);
         ck_assert_msg(rel(lg, ref, 5 * V) < 1e-6, "%s: %g", archs[k], rel(lg, ref, 5 * V));
         gguf_fwd_ctx_free(c);
+        /* tp 2: batch and incremental (KV cache per rank) agree with the reference */
+        gguf_shard_plan *p2;
+        gguf_shard_opts so2 = {2, 0, GGUF_ENGINE_VLLM, 0};
+        ck_assert_int_eq(gguf_shard_plan_build(&p2, om.m, &so2, &err), 0);
+        ck_assert_int_eq(gguf_fwd_tp_create(&c, om.m, p2, NULL, &err), 0);
+        ck_assert_int_eq(gguf_fwd_eval(c, TOK, 2, lg, &err), 0);
+        ck_assert_int_eq(gguf_fwd_eval(c, TOK + 2, 3, lg + 2 * V, &err), 0);
+        ck_assert_msg(rel(lg, ref, 5 * V) < 1e-5, "%s tp2: %g", archs[k], rel(lg, ref, 5 * V));
+        gguf_fwd_stats st;
+        gguf_fwd_ctx_stats(c, &st);
+        ck_assert(st.weight_bytes > 0);
+        gguf_fwd_ctx_free(c);
+        gguf_shard_plan_free(p2);
         /* a plan of another model is refused */
         open_model other = load(k ? "llama" : "deepseek2");
         ck_assert_int_eq(gguf_fwd_tp_create(&c, other.m, p, NULL, &err), GGUF_E_INVALID);
