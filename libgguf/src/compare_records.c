@@ -234,8 +234,10 @@ int gguf_compare(gguf_cmp_result **out, const gguf_record *a, const gguf_record 
                        : bit == GGUF_CMP_TOP5    ? e->top5
                        : bit == GGUF_CMP_EXPERTS ? e->experts
                                                  : (double)e->nonfinite_b;
-            k += (size_t)snprintf(what + k, sizeof what - k, "%s%s %.3g", k ? ", " : "",
-                                  gguf_cmp_metric_name(bit), v);
+            /* Cosines near 1 need their digits: 0.99997 is not "1". */
+            k += (size_t)snprintf(what + k, sizeof what - k,
+                                  bit == GGUF_CMP_COSINE ? "%s%s %.9f" : "%s%s %.3g",
+                                  k ? ", " : "", gguf_cmp_metric_name(bit), v);
         }
         char layer[24];
         if (e->layer >= 0)
