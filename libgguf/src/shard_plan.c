@@ -160,13 +160,14 @@ void shard_slice_finish(gguf_shard_plan *p, int64_t i, int r)
         const gguf_shard_tensor *src = &p->e[pc->src];
         const gguf_type_info *ti = gguf_type_get(src->type);
         bool quant = ti && ti->block_size > 1;
-        if (src->type != type) {
+        if (pc->transpose && quant) {
             s->quant_cut_ok = false;
-            s->reason = "pieces of another type than the entry";
-        } else if (pc->transpose && quant) {
-            s->quant_cut_ok = false;
-            s->reason = "the piece is stored transposed (attn_k_b vs kv_b_proj): quantized "
+            s->reason = "attn_k_b is stored transposed relative to kv_b_proj: quantized "
                         "blocks cannot be transposed, dequantize first";
+            break;
+        } else if (src->type != type) {
+            s->quant_cut_ok = false;
+            s->reason = "its pieces come from tensors of different types: reassembled in F32";
         } else if (quant && (pc->lo[0] % ti->block_size || pc->hi[0] % ti->block_size)) {
             s->quant_cut_ok = false;
             s->reason = "inner-dimension cut off the type's block boundary: dequantize first";

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# shard-plan over real and generated models: usage errors, checks, JSON, faults,
+# --write-shards (slices verified against gguf-py), replicas of frontier models.
+. "$(dirname "$0")/lib.sh"
+SP="$GGUFKIT_BIN/shard-plan"
+[ -x "$SP" ] || skip "shard-plan is not built"
+
+# ---- usage ----
+expect 0 "$SP" --help
+contains "$T/out" "--write-shards"
+expect 2 "$SP"
+contains "$T/err" "shard-plan: error: missing MODEL"
+expect 0 "$SP" --list-faults
+for f in kv-b-whole kv-b-rows kv-b-stacked k-b-no-transpose qkv-stream gate-up-stream \
+         rank0-everywhere kv-heads-split mla-cache-sharded no-allreduce quant-off-block \
+         vocab-no-pad expert-offset norm-sliced rope-pairs yarn-mscale routed-scale exp-probs-b \
+         shared-scaled; do
+    contains "$T/out" "$f"
+done
+printf 'not a gguf file at all, just text\n' > "$T/text.gguf"
+expect 2 "$SP" "$T/text.gguf"
+contains "$T/err" "--tp N is required"
+expect 2 "$SP" "$T/text.gguf" --tp 2
+contains "$T/err" "shard-plan: error: $T/text.gguf"
+expect 2 "$SP" "$T/text.gguf" "$T/text.gguf" --tp 2
+contains "$T/err" "one MODEL only"
+expect 2 "$SP" "$T/nope.gguf" --tp 0
+contains "$T/err" "--tp: '0' is not a number in 1..4096"
+expect 2 "$SP" "$T/nope.gguf" --tp 2 --engine tgi
+contains "$T/err" "--engine: 'tgi' is not vllm or sglang"
+expect 2 "$SP" "$T/nope.gguf" --tp 2 --fault bogus
+contains "$T/err" "unknown fault 'bogus'"
+
+# ---- generated models ----
+[ -x "$GEN" ] || skip "gguf-gen is not built"
+"$GEN" model -q --no-sync --arch llama --heads 8 --kv-heads 2 --ff 768 --type Q4_K \
+    "$T/llama.gguf"
+expect 0 "$SP" "$T/llama.gguf" --tp 2
+contains "$T/out" "blk.0.attn_k.weight"
+contains "$T/out" "qkv"
+contains "$T/out" "largest: rank"
+# tp 4 > 2 kv heads: replicated (info); tp 16 > 8 heads: error, exit 1
+expect 0 "$SP" "$T/llama.gguf" --tp 4
+contains "$T/out" "each kv head replicated on 2 ranks"
+expect 1 "$SP" "$T/llama.gguf" --tp 16
+contains "$T/out" "8 attention heads do not divide over tp 16"
+# tp 3 cannot replicate 2 kv heads evenly either
+expect 1 "$SP" "$T/llama.gguf" --tp 3
+contains "$T/out" "tp 3 is not a multiple of the 2 kv heads"
+
+# Qwen3-30B-A3B's expert width 768 at tp 2: 384 is not on a 256 block of Q4_K
+"$GEN" model -q --no-sync --arch qwen3moe --head-dim 32 --expert-ff 768 --type Q4_K \
+    "$T/qmoe.gguf"
+expect 0 "$SP" "$T/qmoe.gguf" --tp 2
+contains "$T/out" "ffn_down_exps.weight and alike"
+contains "$T/out" "inner-dimension cut off the type's block boundary"
+expect 1 "$SP" "$T/qmoe.gguf" --tp 2 --strict
+# with ep = tp on sglang: whole experts, no inner cut
+expect 0 "$SP" "$T/qmoe.gguf" --tp 2 --ep 2 --engine sglang --strict
+expect 1 "$SP" "$T/qmoe.gguf" --tp 4 --ep 2 --engine vllm
+contains "$T/out" "vllm: the expert-parallel size is tp*dp = 4"
+
+# faults: injected ones are errors (exit 1); impossible ones are refused (exit 2)
+expect 1 "$SP" "$T/llama.gguf" --tp 4 --fault kv-heads-split --json
+python3 -c "
+import json, sys
+d = json.load(open('$T/out'))
+assert d['faults'] == ['kv-heads-split'], d['faults']
+assert any(c['code'] == 'fault' for c in d['checks'])
+k = [t for t in d['tensors'] if t['name'] == 'blk.0.attn_k.weight'][0]
+assert k['ranks'][1]['pad'] > 0
+" || fail "kv-heads-split JSON"
+expect 2 "$SP" "$T/llama.gguf" --tp 2 --fault kv-b-whole
+contains "$T/err" "fault kv-b-whole: the model has no MLA kv_b_proj"
+expect 2 "$SP" "$T/llama.gguf" --tp 2 --fault rope-pairs --fault-layer 99
+contains "$T/err" "layer 99 beyond"
+
+# ---- real files: the converter's DeepSeek-V3 (MLA, MoE) ----
+if [ -n "$SHARED" ] && [ -f "$SHARED/hf/deepseek_v3/model-q8_0.gguf" ]; then
+    DS="$SHARED/hf/deepseek_v3/model-q8_0.gguf"
+    expect 0 "$SP" "$DS" --tp 2 --json
+    cp "$T/out" "$T/ds.json"
+    python3 -c "
+import json
+d = json.load(open('$T/ds.json'))
+kvb = [t for t in d['tensors'] if t['name'] == 'blk.1.attn_kv_b.weight'][0]
+assert kvb['virtual'] and kvb['rule'] == 'heads', kvb['rule']
+assert [r['ne'] for r in kvb['ranks']] == [[256, 256], [256, 256]], kvb['ranks'][0]['ne']
+assert [r['range'] for r in kvb['ranks']] == [[0, 256], [256, 512]]
+assert d['errors'] == 0
+" || fail "deepseek_v3 plan JSON"
+    # 4 heads over tp 3
+    expect 1 "$SP" "$DS" --tp 3
+    contains "$T/out" "4 attention heads do not divide over tp 3"
+    # the incident, as a fault
+    expect 1 "$SP" "$DS" --tp 2 --fault kv-b-whole -v --filter attn_kv_b
+    contains "$T/out" "r1   [256, 512]"
+
+    # per-rank GGUF shards, every slice checked against gguf-py's dequantization
+    expect 0 "$SP" "$DS" --tp 2 --write-shards "$T/shards" -q
+    [ -f "$T/shards/rank-00-of-02.gguf" ] && [ -f "$T/shards/rank-01-of-02.gguf" ] \
+        || fail "shard files missing"
+    contains "$T/shards/manifest.txt" "rank 1 file"
+    contains "$T/shards/manifest.txt" "rank 0 tensor"
+    expect 2 "$SP" "$DS" --tp 2 --write-shards "$T/shards" -q
+    contains "$T/err" "exists"
+    expect 0 "$SP" "$DS" --tp 2 --write-shards "$T/shards" -q --force
+    if python3 -c "import gguf, numpy" 2>/dev/null; then
+        python3 - "$DS" "$T/ds.json" "$T/shards" <<'EOF' || fail "shard contents differ from the plan"
+import json, sys
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+src, plan, out = sys.argv[1:]
+d = json.load(open(plan))
+def tensors(path):
+    r = GGUFReader(path)
+    return r, {t.name: t for t in r.tensors}
+def full(t):
+    a = dequantize(t.data, t.tensor_type).astype(np.float32)
+    return a.reshape([int(x) for x in reversed(t.shape)])
+_, st = tensors(src)
+checked = 0
+for rank in range(d['tp']):
+    r, rt = tensors(f"{out}/rank-{rank:02d}-of-{d['tp']:02d}.gguf")
+    meta = {f.name: f for f in r.fields.values()}
+    assert int(r.fields['shard.rank'].parts[-1][0]) == rank
+    for e in d['tensors']:
+        if e['virtual'] or not e['consumed']:
+            continue
+        s = e['ranks'][rank]
+        got = full(rt[e['name']])
+        want_ne = s['ne'] + [1] * (4 - len(s['ne']))
+        assert list(reversed(got.shape)) == s['ne'], (e['name'], got.shape, s['ne'])
+        assert len(s['pieces']) == 1 and s['pieces'][0]['src'] == e['name']
+        pc = s['pieces'][0]
+        a = full(st[e['name']])
+        a = a.reshape([int(x) for x in reversed(e['ne'] + [1] * (4 - len(e['ne'])))])
+        lo, hi = pc['lo'], pc['hi']
+        want = a[lo[3]:hi[3], lo[2]:hi[2], lo[1]:hi[1], lo[0]:hi[0]]
+        if s['pad']:
+            cd = 3 - e['cat_dim']
+            pad = [(0, 0)] * 4
+            pad[cd] = (0, s['pad'])
+            want = np.pad(want, pad)
+        want = want.reshape(got.shape)
+        assert np.array_equal(got, want), e['name']
+        checked += 1
+assert checked > 60, checked
+print("checked", checked, "slices")
+EOF
+        pass
+    fi
+fi
+
+# ---- header-faithful replica of GLM-5.1 (sparse, no disk) ----
+if [ -n "$SHARED" ] && [ -f "$SHARED/tensor-maps/GLM-5.1-Q4_K.map" ]; then
+    "$GEN" replica -q --no-sync "$SHARED/tensor-maps/GLM-5.1-Q4_K.map" "$T/glm51.gguf"
+    start=$(date +%s%N)
+    expect 0 "$SP" "$T/glm51.gguf" --tp 8 -v --filter blk.5.attn_kv_b
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    [ "$ms" -lt 1000 ] || fail "GLM-5.1 plan took $ms ms"
+    for r in 0 1 2 3 4 5 6 7; do
+        contains "$T/out" "r$r   [512, 3584]            ne[1] [$((3584 * r)), $((3584 * (r + 1))))"
+    done
+    expect 0 "$SP" "$T/glm51.gguf" --tp 8 --ep 8 --engine sglang --filter blk.40.ffn_up_exps -v
+    contains "$T/out" "r7   [6144, 2048, 32]"
+    expect 0 "$SP" "$T/glm51.gguf" --tp 16 --filter ffn_down_exps
+    contains "$T/out" "ffn_down_exps.weight and alike (76 tensors, Q4_K, block 256): inner-dimension cut"
+fi
+finish

@@ -1,0 +1,232 @@
+/* shard-plan: show, check and write how a model is sliced over tensor/expert-parallel ranks. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gguf/file.h"
+#include "gguf/model.h"
+#include "gguf/shard.h"
+#include "shard_plan_tool.h"
+
+enum {
+    OPT_TP = 't',
+    OPT_EP = 'e',
+    OPT_ENGINE = 256,
+    OPT_JSON,
+    OPT_WRITE,
+    OPT_FAULT,
+    OPT_FAULT_LAYER,
+    OPT_VOCAB_PAD,
+    OPT_STRICT,
+    OPT_FILTER,
+    OPT_FORCE,
+    OPT_LIST_FAULTS,
+};
+
+static const cli_opt OPTS[] = {
+    {OPT_TP, "tp", 1, "N", "tensor-parallel ranks (required)"},
+    {OPT_EP, "ep", 1, "M", "expert-parallel size (vllm: equal to --tp; sglang: divides --tp)"},
+    {OPT_ENGINE, "engine", 1, "NAME", "vllm (default) or sglang"},
+    {OPT_JSON, "json", 0, NULL, "the whole plan as JSON (schema in docs/shard-plan.md)"},
+    {OPT_WRITE, "write-shards", 1, "DIR",
+     "write DIR/rank-RR-of-NN.gguf per rank and DIR/manifest.txt (XXH3-128 digests)"},
+    {OPT_FORCE, "force", 0, NULL, "replace existing shard files"},
+    {OPT_FAULT, "fault", 1, "NAME", "inject a fault from the catalog (repeatable)"},
+    {OPT_FAULT_LAYER, "fault-layer", 1, "N", "inject faults into block N only"},
+    {OPT_LIST_FAULTS, "list-faults", 0, NULL, "list the fault catalog and exit"},
+    {OPT_VOCAB_PAD, "vocab-pad", 1, "N", "vocabulary padding multiple (default 64)"},
+    {OPT_FILTER, "filter", 1, "TEXT", "print only tensors whose name contains TEXT"},
+    {OPT_STRICT, "strict", 0, NULL, "exit 1 on warnings too (quantized cuts needing dequant)"},
+    {0, NULL, 0, NULL, NULL},
+};
+
+static const cli_spec SPEC = {
+    .tool = SP_TOOL,
+    .usage = "MODEL.gguf --tp N [--ep M] [--engine vllm|sglang] [OPTIONS]",
+    .summary =
+        "Show how a serving engine slices every tensor of MODEL (a file, or any part of a split\n"
+        "set) over N tensor-parallel ranks: the rule, the dimension, the range each rank holds,\n"
+        "its shape and bytes, and whether the slice can be cut from the quantized bytes. Checks\n"
+        "divisibility of heads, kv heads, FFN and expert widths and vocabulary, block alignment\n"
+        "of quantized inner cuts, experts over ep, missing and unconsumed tensors; totals the\n"
+        "bytes per rank. -v prints every rank of every tensor.",
+    .opts = OPTS,
+    .examples = "  shard-plan glm5.gguf --tp 8\n"
+                "  shard-plan glm5-00001-of-00010.gguf --tp 8 --ep 8 --engine sglang --json\n"
+                "  shard-plan model.gguf --tp 2 --write-shards shards/\n"
+                "  shard-plan model.gguf --tp 8 --fault kv-b-whole --json > broken-plan.json\n"
+                "  shard-plan --list-faults\n",
+};
+
+static volatile sig_atomic_t g_cancel;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_cancel = 1;
+}
+
+static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out)
+{
+    uint64_t v;
+    if (cli_parse_u64(s, &v) != 0 || (long long)v < lo || (long long)v > hi) {
+        cli_errorf(SP_TOOL, "%s: '%s' is not a number in %lld..%lld", opt, s, lo, hi);
+        return -1;
+    }
+    *out = (long long)v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    sp_args a;
+    memset(&a, 0, sizeof a);
+    a.opts.engine = GGUF_ENGINE_VLLM;
+    a.fault_layer = -1;
+    const char *arg;
+    int optind_ = 1, c;
+    long long v;
+    bool have_tp = false;
+    const char *pos[8];
+    int n_pos = 0;
+    for (;;) {
+        c = cli_next(&SPEC, argc, argv, &arg, &optind_);
+        if (c == -1) {
+            /* options may follow the model: collect it and keep parsing */
+            if (optind_ >= argc)
+                break;
+            if (n_pos < 8)
+                pos[n_pos] = argv[optind_];
+            n_pos++;
+            optind = optind_ + 1;
+            continue;
+        }
+        switch (c) {
+        case OPT_TP:
+            if (parse_int("--tp", arg, 1, 4096, &v))
+                return CLI_EXIT_USAGE;
+            a.opts.tp = (int)v;
+            have_tp = true;
+            break;
+        case OPT_EP:
+            if (parse_int("--ep", arg, 1, 4096, &v))
+                return CLI_EXIT_USAGE;
+            a.opts.ep = (int)v;
+            break;
+        case OPT_ENGINE:
+            if (gguf_engine_from_name(arg, &a.opts.engine) != 0) {
+                cli_errorf(SP_TOOL, "--engine: '%s' is not vllm or sglang", arg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case OPT_JSON:
+            a.json = true;
+            break;
+        case OPT_WRITE:
+            a.shards_dir = arg;
+            break;
+        case OPT_FORCE:
+            a.force = true;
+            break;
+        case OPT_FAULT:
+            if (a.n_faults == SP_MAX_FAULTS) {
+                cli_errorf(SP_TOOL, "--fault: at most %d faults", SP_MAX_FAULTS);
+                return CLI_EXIT_USAGE;
+            }
+            if (gguf_fault_from_name(arg, &a.faults[a.n_faults]) != 0 ||
+                a.faults[a.n_faults] == GGUF_FAULT_NONE) {
+                cli_errorf(SP_TOOL, "--fault: unknown fault '%s' (see --list-faults)", arg);
+                return CLI_EXIT_USAGE;
+            }
+            a.n_faults++;
+            break;
+        case OPT_FAULT_LAYER:
+            if (parse_int("--fault-layer", arg, 0, 100000, &v))
+                return CLI_EXIT_USAGE;
+            a.fault_layer = v;
+            break;
+        case OPT_LIST_FAULTS:
+            for (int f = 1; f < GGUF_FAULT_COUNT; f++)
+                printf("%-18s %-7s %s\n", gguf_fault_name((gguf_fault)f),
+                       gguf_fault_is_config((gguf_fault)f) ? "config" : "weights",
+                       gguf_fault_summary((gguf_fault)f));
+            return CLI_EXIT_OK;
+        case OPT_VOCAB_PAD:
+            if (parse_int("--vocab-pad", arg, 1, 1 << 20, &v))
+                return CLI_EXIT_USAGE;
+            a.opts.vocab_pad = (int)v;
+            break;
+        case OPT_STRICT:
+            a.strict = true;
+            break;
+        case OPT_FILTER:
+            a.filter = arg;
+            break;
+        default:
+            return CLI_EXIT_USAGE;
+        }
+    }
+    a.verbose = cli_verbosity >= 2;
+    if (n_pos != 1) {
+        cli_errorf(SP_TOOL, "%s", n_pos == 0 ? "missing MODEL (see --help)"
+                                             : "one MODEL only (see --help)");
+        return CLI_EXIT_USAGE;
+    }
+    if (!have_tp) {
+        cli_errorf(SP_TOOL, "--tp N is required (see --help)");
+        return CLI_EXIT_USAGE;
+    }
+    a.model = pos[0];
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    int rc = 0, exit_code = CLI_EXIT_OK;
+    gguf_error err;
+    gguf_set *set = NULL;
+    gguf_model *m = NULL;
+    gguf_shard_plan *p = NULL;
+    if ((rc = gguf_set_open(&set, a.model, NULL, &err)) != 0 ||
+        (rc = gguf_model_open_flags(&m, set, GGUF_MODEL_ALLOW_MISSING, &err)) != 0 ||
+        (rc = gguf_shard_plan_build(&p, m, &a.opts, &err)) != 0) {
+        cli_error(SP_TOOL, &err);
+        exit_code = cli_exit_code(rc);
+        goto done;
+    }
+    for (int k = 0; k < a.n_faults; k++) {
+        if ((rc = gguf_shard_apply_fault(p, a.faults[k], a.fault_layer, &err)) != 0) {
+            cli_error(SP_TOOL, &err);
+            exit_code = cli_exit_code(rc);
+            goto done;
+        }
+    }
+    if (a.json)
+        sp_print_json(stdout, p, &a);
+    else if (cli_verbosity > 0 || !a.shards_dir)
+        sp_print_text(stdout, p, &a);
+    if (fflush(stdout) != 0) {
+        cli_errorf(SP_TOOL, "cannot write the report to stdout");
+        exit_code = CLI_EXIT_ENV;
+        goto done;
+    }
+    if (a.shards_dir) {
+        if ((rc = sp_write_shards(p, &a, &g_cancel, &err)) != 0) {
+            cli_error(SP_TOOL, &err);
+            exit_code = cli_exit_code(rc);
+            goto done;
+        }
+    }
+    if (gguf_shard_plan_check_worst(p, GGUF_CHECK_ERROR) > 0 ||
+        (a.strict && gguf_shard_plan_check_worst(p, GGUF_CHECK_WARN) > 0))
+        exit_code = CLI_EXIT_DIFF;
+done:
+    gguf_shard_plan_free(p);
+    gguf_model_free(m);
+    gguf_set_close(set);
+    return exit_code;
+}

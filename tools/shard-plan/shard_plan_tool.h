@@ -1,0 +1,40 @@
+/* shard-plan: shared declarations of the tool's files. */
+#ifndef SHARD_PLAN_TOOL_H
+#define SHARD_PLAN_TOOL_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "gguf/shard.h"
+
+#define SP_TOOL "shard-plan"
+#define SP_MAX_FAULTS 32
+
+typedef struct sp_args {
+    const char *model;
+    gguf_shard_opts opts;
+    bool json;
+    bool verbose;
+    bool strict;
+    bool force;
+    const char *filter;      /* substring of tensor names to print */
+    const char *shards_dir;  /* --write-shards */
+    gguf_fault faults[SP_MAX_FAULTS];
+    int n_faults;
+    long long fault_layer;   /* -1: all layers */
+} sp_args;
+
+/* Text report to out. */
+void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a);
+/* JSON report to out (schema in docs/shard-plan.md). */
+void sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a);
+
+/*
+ * Write one GGUF per rank into dir plus dir/manifest.txt.
+ * @return 0 or a gguf_status (err filled).
+ */
+int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_atomic_t *cancel,
+                    gguf_error *err);
+
+#endif
