@@ -264,6 +264,49 @@ static void tmp_cleanup(const char *path)
     }
 }
 
+/* A digest of everything a plan says: per entry its rule, flags and every
+ * rank's pieces and shape, then the options and the runtime settings. Two
+ * runs with the same digest sliced the model the same way. */
+static void plan_digest(const gguf_shard_plan *p, char *hex)
+{
+    gguf_hasher *h = NULL;
+    hex[0] = 0;
+    if (gguf_hasher_new(&h))
+        return;
+    const int tp = gguf_shard_plan_ranks(p);
+    for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
+        const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
+        gguf_hasher_update(h, e->name, strlen(e->name) + 1);
+        int32_t f[6] = {(int32_t)e->rule, e->split_dim, e->expert_dim, e->cat_dim, e->slot,
+                        (int32_t)e->reduce_sum};
+        gguf_hasher_update(h, f, sizeof f);
+        for (int r = 0; r < tp; r++) {
+            const gguf_shard_slice *sl = &e->ranks[r];
+            gguf_hasher_update(h, sl->ne, sizeof sl->ne);
+            gguf_hasher_update(h, &sl->pad, sizeof sl->pad);
+            for (int32_t k = 0; k < sl->n_pieces; k++) {
+                const gguf_shard_piece *pc = &sl->pieces[k];
+                int64_t v[11] = {pc->src, pc->transpose, pc->dst};
+                memcpy(v + 3, pc->lo, sizeof pc->lo);
+                memcpy(v + 7, pc->hi, sizeof pc->hi);
+                gguf_hasher_update(h, v, sizeof v);
+            }
+        }
+    }
+    const gguf_shard_opts *o = gguf_shard_plan_opts(p);
+    int32_t ov[4] = {o->tp, o->ep, (int32_t)o->engine, o->vocab_pad};
+    gguf_hasher_update(h, ov, sizeof ov);
+    const gguf_shard_runtime *rt = gguf_shard_plan_runtime(p);
+    double rv[4] = {rt->attn_scale, rt->routed_scale, rt->shared_scale, (double)rt->rope_pairs};
+    int32_t rb[3] = {rt->use_exp_probs_b, rt->norm_topk, rt->mla_cache_replicated};
+    gguf_hasher_update(h, rv, sizeof rv);
+    gguf_hasher_update(h, rb, sizeof rb);
+    gguf_digest d;
+    gguf_hasher_final(h, &d);
+    gguf_hasher_free(h);
+    gguf_digest_hex(&d, hex);
+}
+
 /* One forward over the input tokens, every capture into a record. */
 static int record_run(const run_opts *o, const gguf_set *set, const gguf_model *m,
                       const gguf_shard_plan *plan, const char *path, const char *fault,
@@ -287,7 +330,10 @@ static int record_run(const run_opts *o, const gguf_set *set, const gguf_model *
     rm.tp = (uint32_t)tp;
     rm.ep = so && so->ep > 1 ? (uint32_t)so->ep : 1;
     rm.ranks = (uint32_t)tp;
-    rm.plan_digest = "";
+    char pd[GGUF_DIGEST_HEX] = "";
+    if (plan)
+        plan_digest(plan, pd);
+    rm.plan_digest = pd;
     rm.arch = hp->arch_name;
     rm.fault = fault ? fault : "";
     gguf_record_opts ro = {0};
