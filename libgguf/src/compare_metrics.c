@@ -299,9 +299,9 @@ void gguf_tol_default(gguf_tol *t, const char *pa, const char *pb, char *origin)
          .top5 = 0.8, .experts = 0.9},
     };
     *t = table[c];
-    static const char *const names[3] = {"f64", "f32", "f16"};
     if (origin)
-        snprintf(origin, 64, "default %s vs %s", names[ca], names[cb]);
+        snprintf(origin, 64, "default %.24s vs %.24s", pa && *pa ? pa : "f32",
+                 pb && *pb ? pb : "f32");
 }
 
 int gguf_tol_parse(gguf_tol *t, const char *spec, gguf_error *err)

@@ -170,7 +170,7 @@ START_TEST(tolerances)
     NEAR(t.rel_l2, 1e-6, 0);
     gguf_tol_default(&t, "bf16", "f64", origin);
     NEAR(t.rel_l2, 5e-2, 0);
-    ck_assert_str_eq(origin, "default f16 vs f64");
+    ck_assert_str_eq(origin, "default bf16 vs f64");
     gguf_tol_default(&t, "", NULL, origin);
     NEAR(t.rel_l2, 1e-4, 0);
 
