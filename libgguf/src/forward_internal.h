@@ -51,6 +51,7 @@ typedef struct fw_rope {
     double ext_factor; /* 1 with YaRN, 0 without */
     double corr_lo, corr_hi; /* YaRN ramp over pair index */
     double mscale;     /* cos/sin magnitude */
+    const float *freq_factors; /* n_rot/2 divisors of the frequencies (rope_freqs), or NULL */
 } fw_rope;
 
 /* Plain RoPE (no scaling). */
@@ -124,6 +125,7 @@ struct gguf_fwd_ctx {
     uint64_t resident;  /* dequantized weight bytes alive now */
     gguf_dequant_opts dq;
     long page;
+    float *rope_ff;     /* rope_freqs.weight, dequantized once (NULL when absent) */
     /* virtual tensor parallel (forward_tp.c): NULL for one rank */
     const gguf_shard_plan *plan;
     int tp;

@@ -269,7 +269,7 @@ void fw_swiglu(double *out, const double *gate, const double *up, int64_t n, int
 
 void fw_rope_init(fw_rope *r, int type, int64_t n_rot, double base)
 {
-    *r = (fw_rope){type, n_rot, base, 1.0, 0.0, 0.0, 0.0, 1.0};
+    *r = (fw_rope){type, n_rot, base, 1.0, 0.0, 0.0, 0.0, 1.0, NULL};
 }
 
 /* The pair index at which a rotation of wavelength beta completes n_rot / 2
@@ -296,7 +296,9 @@ void fw_rope_apply(const fw_rope *r, double *x, int64_t pos, int prec)
 {
     const int64_t half = r->n_rot / 2;
     for (int64_t k = 0; k < half; k++) {
-        const double theta_extrap = (double)pos * pow(r->base, -2.0 * (double)k / (double)r->n_rot);
+        double theta_extrap = (double)pos * pow(r->base, -2.0 * (double)k / (double)r->n_rot);
+        if (r->freq_factors)
+            theta_extrap /= (double)r->freq_factors[k]; /* llama 3.x rope_freqs */
         double theta = theta_extrap * r->freq_scale;
         if (r->ext_factor != 0.0) {
             /* Low pair indices (fast rotations) keep their original

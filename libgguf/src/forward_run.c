@@ -218,8 +218,22 @@ int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_
             c->rope.freq_scale = 1.0 / hp->rope_factor;
     }
     c->kq_scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0 / sqrt((double)hp->n_embd_head_k);
+    /* llama 3.x: per-frequency divisors (rope_freqs.weight), n_rot/2 of them */
+    const gguf_tensor *rf = gguf_model_get(m, -1, GGUF_ROLE_ROPE_FREQS);
+    if (rf && rf->n_elements >= n_rot / 2) {
+        c->rope_ff = malloc((size_t)rf->n_elements * sizeof(float));
+        int rrc = c->rope_ff ? gguf_dequant_row(rf->type, rf->data, c->rope_ff, rf->ne[0], err)
+                             : fw_nomem(err, "rope_freqs");
+        if (rrc) {
+            free(c->rope_ff);
+            free(c);
+            return rrc;
+        }
+        c->rope.freq_factors = c->rope_ff;
+    }
     c->lc = calloc((size_t)(hp->n_layer > 0 ? hp->n_layer : 1), sizeof *c->lc);
     if (!c->lc) {
+        free(c->rope_ff);
         free(c);
         return fw_nomem(err, "cache");
     }
@@ -238,6 +252,7 @@ void gguf_fwd_ctx_free(gguf_fwd_ctx *c)
         free(c->lc[i].idx_k);
     }
     free(c->lc);
+    free(c->rope_ff);
     free(c);
 }
 

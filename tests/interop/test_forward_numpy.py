@@ -46,10 +46,15 @@ def rms(x, w, eps):
     return y * w if w is not None else y
 
 
+FREQ_FACTORS = None  # llama 3.x rope_freqs: divisors of the frequencies
+
+
 def rope(x, pos, n_rot, base, half):
     """x [..., n_tok, dim]: rotate the first n_rot dims of the last axis."""
     x = x.copy()
     inv = base ** (-np.arange(0, n_rot, 2) / n_rot)
+    if FREQ_FACTORS is not None:
+        inv = inv / FREQ_FACTORS
     ang = np.asarray(pos)[:, None] * inv[None, :]          # [n_tok, n_rot/2]
     c, s = np.cos(ang), np.sin(ang)
     if half:
@@ -238,3 +243,46 @@ def test_numpy_matches(tmp_path, arch):
     # logits are written as float32: compare at float32 resolution
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
     assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+def test_rope_freqs(tmp_path):
+    """llama 3.x files carry rope_freqs.weight: each RoPE frequency is divided
+    by its factor. Add one to a generated llama and check both sides."""
+    global FREQ_FACTORS
+    src = str(tmp_path / "llama.gguf")
+    subprocess.run([GEN, "model", "--arch", "llama", "--type", "F32", "--no-sync", "--force",
+                    "-q", src], check=True)
+    r = gguf.GGUFReader(src)
+    path = str(tmp_path / "llama-rope-freqs.gguf")
+    w = gguf.GGUFWriter(path, arch="llama")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        t = f.types[0]
+        if t == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(k, f.contents(), t, sub_type=f.types[-1])
+        else:
+            w.add_key_value(k, f.contents(), t)
+    n_rot = r.fields["llama.rope.dimension_count"].contents()
+    ff = np.linspace(1.0, 8.0, n_rot // 2).astype(np.float32)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data))
+    w.add_tensor("rope_freqs.weight", ff)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    m = Model(path)
+    FREQ_FACTORS = ff.astype(np.float64)
+    try:
+        want = forward(m, TOKENS)
+    finally:
+        FREQ_FACTORS = None
+    plain = forward(m, TOKENS)
+    assert np.linalg.norm(plain - want) / np.linalg.norm(want) > 1e-3  # the factors matter
+    out = tmp_path / "l.npy"
+    subprocess.run([os.path.join(BIN, "ref-forward"), path, "--tokens",
+                    ",".join(map(str, TOKENS)), "--precision", "f64", "--logits", str(out),
+                    "-q"], check=True)
+    got = np.load(out).astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
