@@ -119,6 +119,8 @@ static void write_plot(FILE *f, const gguf_cmp_result *res)
     plot p = {.x0 = 78, .y0 = 40, .w = 1100 - 78 - 150, .h = 330, .n = n ? n : 1};
     p.lo = (int)floor(log10(vmin)) - 1;
     p.hi = (int)ceil(log10(vmax));
+    if (tol > 0 && p.hi < (int)ceil(log10(tol)) + 1)
+        p.hi = (int)ceil(log10(tol)) + 1; /* a decade of room above the tolerance line */
     if (p.hi < p.lo + 3)
         p.hi = p.lo + 3;
     if (p.lo < -40)
