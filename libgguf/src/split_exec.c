@@ -159,9 +159,59 @@ static int add_u16(gguf_writer *w, const char *key, uint16_t x, gguf_error *err)
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
+/* Hash [off, off+n) of fd: data extents through a buffer, holes as zeros.
+ * Returns 0 or an errno (ENODATA: the file ends early). */
+static int hash_fd(volatile sig_atomic_t *cancel, atomic_ullong *done, gguf_hasher *h,
+                   uint8_t *buf, const uint8_t *zeros, int fd, uint64_t off, uint64_t n)
+{
+    uint64_t end = off + n;
+    while (off < end) {
+        if (cancel && *cancel)
+            return 0;
+        off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+        uint64_t data = d < 0 ? (errno == ENXIO ? end : off) : (uint64_t)d;
+        if (data > end)
+            data = end;
+        while (off < data) { /* a hole */
+            uint64_t k = data - off < READ_STEP ? data - off : READ_STEP;
+            gguf_hasher_update(h, zeros, (size_t)k);
+            if (done)
+                atomic_fetch_add(done, k);
+            off += k;
+        }
+        if (off >= end)
+            break;
+        off_t e = lseek(fd, (off_t)off, SEEK_HOLE);
+        uint64_t stop = (e < 0 || (uint64_t)e > end) ? end : (uint64_t)e;
+        if (stop <= off)
+            stop = end;
+        while (off < stop) {
+            if (cancel && *cancel)
+                return 0;
+            uint64_t k = stop - off < READ_STEP ? stop - off : READ_STEP;
+            ssize_t r = pread(fd, buf, (size_t)k, (off_t)off);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                return r < 0 ? errno : ENODATA; /* the file shrank */
+            gguf_hasher_update(h, buf, (size_t)r);
+            if (done)
+                atomic_fetch_add(done, (uint64_t)r);
+            off += (uint64_t)r;
+        }
+    }
+    return 0;
+}
+
 typedef struct copy_state {
     const gguf_split_job_opts *o;
     uint64_t done, total;
+    /* Digests of the input tensors, taken just before each chunk is copied: the
+     * copy then reads the chunk from the page cache, so a verified merge of a
+     * model larger than memory reads its inputs from disk once, not twice. */
+    gguf_digest *in_digests; /* NULL: no digests */
+    gguf_hasher *h;
+    uint8_t *buf, *zeros;
 } copy_state;
 
 static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, copy_state *cs,
@@ -207,8 +257,25 @@ static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, 
     for (int64_t i = part->first; !rc && i < part->first + part->count; i++) {
         const gguf_tensor *t = gguf_set_tensor_at(in, i);
         int fd = gguf_file_fd(gguf_set_part(in, t->part));
+        if (cs->in_digests)
+            gguf_hasher_reset(cs->h);
         for (uint64_t off = 0; !rc && off < t->nbytes; off += COPY_STEP) {
             uint64_t n = t->nbytes - off < COPY_STEP ? t->nbytes - off : COPY_STEP;
+            if (cs->in_digests && fd >= 0) {
+                int e = hash_fd(o->cancel, NULL, cs->h, cs->buf, cs->zeros, fd,
+                                t->file_offset + off, n);
+                if (e == ENODATA)
+                    rc = gguf_fail(err, GGUF_E_TRUNCATED, t->file_offset + off,
+                                   "%s: input ended while reading tensor '%s' (file shrank?)",
+                                   gguf_file_path(gguf_set_part(in, t->part)), t->name);
+                else if (e)
+                    rc = gguf_fail_errno(err, GGUF_E_IO, e, "%s: read failed",
+                                         gguf_file_path(gguf_set_part(in, t->part)));
+                if (rc)
+                    break;
+            } else if (cs->in_digests) {
+                gguf_hasher_update(cs->h, t->data + off, (size_t)n);
+            }
             if (fd >= 0)
                 rc = gguf_writer_copy_fd(w, fd, t->file_offset + off, n, err);
             else
@@ -219,6 +286,8 @@ static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, 
                     o->progress(o->progress_ctx, GGUF_SPLIT_PHASE_COPY, cs->done, cs->total);
             }
         }
+        if (!rc && cs->in_digests)
+            gguf_hasher_final(cs->h, &cs->in_digests[i]);
     }
     if (!rc && cancelled(o))
         rc = gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET,
@@ -258,47 +327,6 @@ typedef struct dpool {
     volatile sig_atomic_t *cancel;
 } dpool;
 
-/* Hash [off, off+n) of fd: data extents through a buffer, holes as zeros. */
-static int hash_fd(dpool *dp, gguf_hasher *h, uint8_t *buf, const uint8_t *zeros, int fd,
-                   uint64_t off, uint64_t n)
-{
-    uint64_t end = off + n;
-    while (off < end) {
-        if (dp->cancel && *dp->cancel)
-            return 0;
-        off_t d = lseek(fd, (off_t)off, SEEK_DATA);
-        uint64_t data = d < 0 ? (errno == ENXIO ? end : off) : (uint64_t)d;
-        if (data > end)
-            data = end;
-        while (off < data) { /* a hole */
-            uint64_t k = data - off < READ_STEP ? data - off : READ_STEP;
-            gguf_hasher_update(h, zeros, (size_t)k);
-            atomic_fetch_add(&dp->done, k);
-            off += k;
-        }
-        if (off >= end)
-            break;
-        off_t e = lseek(fd, (off_t)off, SEEK_HOLE);
-        uint64_t stop = (e < 0 || (uint64_t)e > end) ? end : (uint64_t)e;
-        if (stop <= off)
-            stop = end;
-        while (off < stop) {
-            if (dp->cancel && *dp->cancel)
-                return 0;
-            uint64_t k = stop - off < READ_STEP ? stop - off : READ_STEP;
-            ssize_t r = pread(fd, buf, (size_t)k, (off_t)off);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                return r < 0 ? errno : EIO;
-            gguf_hasher_update(h, buf, (size_t)r);
-            atomic_fetch_add(&dp->done, (uint64_t)r);
-            off += (uint64_t)r;
-        }
-    }
-    return 0;
-}
-
 static void *dworker(void *arg)
 {
     dpool *dp = arg;
@@ -316,7 +344,7 @@ static void *dworker(void *arg)
         const djob *j = &dp->jobs[i];
         gguf_hasher_reset(h);
         if (j->fd >= 0) {
-            int e = hash_fd(dp, h, buf, zeros, j->fd, j->off, j->n);
+            int e = hash_fd(dp->cancel, &dp->done, h, buf, zeros, j->fd, j->off, j->n);
             if (e) {
                 atomic_store(&dp->failed, e);
                 break;
@@ -411,7 +439,7 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
     gguf_digest *out_d = calloc((size_t)n + 1, sizeof *out_d);
     djob *jobs = calloc(2 * (size_t)n + p->n_parts + 1, sizeof *jobs);
     const gguf_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
-    r->tensor_digests = calloc((size_t)n + 1, sizeof *r->tensor_digests);
+    /* Input digests were taken during the copy (copy_state). */
     r->file_digests = calloc(p->n_parts, sizeof *r->file_digests);
     int rc = GGUF_OK;
     if (!outs || !out_d || !jobs || !ts || !r->tensor_digests || !r->file_digests) {
@@ -449,8 +477,6 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
                 goto done;
             }
             ts[part->first + j] = a;
-            jobs[nj++] = (djob){gguf_file_fd(gguf_set_part(in, a->part)), a->file_offset, a->data,
-                                a->nbytes, &r->tensor_digests[part->first + j]};
             if (verify)
                 jobs[nj++] = (djob){gguf_file_fd(outs[k]), b->file_offset, b->data, b->nbytes,
                                     &out_d[part->first + j]};
@@ -530,15 +556,25 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
     gguf_split_job_opts o = {0};
     if (opts)
         o = *opts;
+    copy_state cs = {.o = &o};
     gguf_split_report *r = calloc(1, sizeof *r);
     if (!r)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
     int rc = gguf_split_check_outputs(in, p, o.overwrite, err);
     if (rc)
         goto fail;
-    copy_state cs = {.o = &o};
     for (int64_t i = 0; i < p->n_tensors; i++)
         cs.total += gguf_set_tensor_at(in, i)->nbytes;
+    if (o.verify || o.digests || o.delete_inputs) {
+        r->tensor_digests = calloc((size_t)p->n_tensors + 1, sizeof *r->tensor_digests);
+        cs.buf = malloc(READ_STEP);
+        cs.zeros = calloc(1, READ_STEP);
+        if (!r->tensor_digests || !cs.buf || !cs.zeros || gguf_hasher_new(&cs.h) != GGUF_OK) {
+            rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+            goto fail;
+        }
+        cs.in_digests = r->tensor_digests;
+    }
     double t0 = now_s();
     uint32_t written = 0;
     for (uint32_t k = 0; k < p->n_parts; k++) {
@@ -585,9 +621,14 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
         *report = r;
     else
         gguf_split_report_free(r);
-    return GGUF_OK;
+    rc = GGUF_OK;
+    goto done;
 fail:
     gguf_split_report_free(r);
+done:
+    gguf_hasher_free(cs.h);
+    free(cs.buf);
+    free(cs.zeros);
     return rc;
 }
 

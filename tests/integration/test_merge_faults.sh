@@ -113,7 +113,7 @@ interrupt TERM
 rc=0
 "$M" --merge --verify --threads 1 "$first" "$d/out.gguf" >"$T/out" 2>"$T/err" &
 pid=$!
-for i in $(seq 1 20000); do
+for i in $(seq 1 200000); do # up to a minute or so
     [ -e "$d/out.gguf" ] && break
     kill -0 $pid 2>/dev/null || break
 done

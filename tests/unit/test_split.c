@@ -1,5 +1,6 @@
 /* Merge and split plans and their execution (gguf/split.h). */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -437,10 +438,10 @@ START_TEST(delete_inputs_and_manifest)
 }
 END_TEST
 
-/* The input changes after it was copied: verification sees the difference, exit code
- * GGUF_E_MISMATCH, the output is removed. */
+/* The output is altered after the copy (as a faulty disk or kernel would): verification
+ * sees the difference, GGUF_E_MISMATCH, and the output is removed. The callback writes
+ * into the temporary file once every byte has been copied. */
 typedef struct tamper {
-    const char *path;
     uint64_t off;
     bool done;
 } tamper;
@@ -450,11 +451,19 @@ static void tamper_after_copy(void *ctx, int phase, uint64_t done, uint64_t tota
     tamper *t = ctx;
     if (phase != GGUF_SPLIT_PHASE_COPY || done != total || t->done)
         return;
-    int fd = open(t->path, O_WRONLY);
-    uint8_t x = 0xee;
-    ck_assert_int_eq(pwrite(fd, &x, 1, (off_t)t->off), 1);
-    close(fd);
-    t->done = true;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
+            int fd = open(p(e->d_name), O_WRONLY);
+            uint8_t x = 0xee;
+            ck_assert_int_eq(pwrite(fd, &x, 1, (off_t)t->off), 1);
+            close(fd);
+            t->done = true;
+        }
+    }
+    closedir(d);
 }
 
 START_TEST(verify_mismatch_removes_output)
@@ -464,8 +473,11 @@ START_TEST(verify_mismatch_removes_output)
     gguf_split_plan *plan;
     gguf_error err;
     ck_assert_int_eq(gguf_merge_plan(&plan, in, p("out.gguf"), &err), 0);
-    const gguf_tensor *t3 = gguf_set_tensor_at(in, 3);
-    tamper tp = {p("m.gguf"), t3->file_offset + 5, false};
+    /* where tensor 3 lands in the output */
+    uint64_t off = (plan->parts[0].header_size + 31) / 32 * 32;
+    for (int i = 0; i < 3; i++)
+        off += (gguf_set_tensor_at(in, i)->nbytes + 31) / 32 * 32;
+    tamper tp = {off + 5, false};
     gguf_split_job_opts o = fast;
     o.verify = true;
     o.progress = tamper_after_copy;

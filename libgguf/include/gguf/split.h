@@ -145,7 +145,9 @@ typedef void (*gguf_split_progress_fn)(void *ctx, int phase, uint64_t done, uint
 typedef struct gguf_split_job_opts {
     bool overwrite;      /* replace existing outputs (never an input) */
     bool no_sync;        /* skip fsync (scratch files, tests) */
-    bool verify;         /* after writing: every tensor's digest equals its input's */
+    bool verify;         /* after writing: every tensor's digest equals its input's (inputs
+                          * are digested just before each chunk is copied, so they are read
+                          * from disk once; outputs are reopened and digested afterwards) */
     bool digests;        /* compute digests for a manifest (tensors, model, each output file) */
     bool delete_inputs;  /* implies verify: delete input parts once all is verified */
     int n_threads;       /* digest threads; 0: one per core */
@@ -160,8 +162,8 @@ typedef struct gguf_split_job_opts {
 typedef struct gguf_split_report {
     uint32_t n_outputs;
     uint64_t bytes_written;       /* sum of output sizes (holes included) */
-    double seconds_copy;          /* writing, fsync and rename included */
-    double seconds_verify;        /* digests of inputs and outputs */
+    double seconds_copy;          /* writing, input digests, fsync and rename included */
+    double seconds_verify;        /* digests of the outputs */
     bool verified;                /* every tensor digest compared equal */
     bool have_digests;            /* the digest arrays below are filled */
     int64_t n_tensors;
