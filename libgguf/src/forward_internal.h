@@ -71,7 +71,8 @@ void fw_attn_head(double *out, const double *q, const double *K, int64_t k_strid
                   const double *V, int64_t v_stride, int64_t n_keys, const uint8_t *keep,
                   int64_t dk, int64_t dv, double scale, double *scratch, int prec);
 
-/* MoE routing of one token. */
+/* MoE routing of one token. Contexts refuse models with more experts. */
+#define FW_MAX_EXPERTS 4096
 typedef struct fw_moe_cfg {
     int64_t n_expert, n_used;
     int gating;          /* gguf_gating: GGUF_GATING_SOFTMAX / _SIGMOID */

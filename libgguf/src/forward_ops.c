@@ -379,9 +379,10 @@ void fw_moe_route(const fw_moe_cfg *cfg, const double *logits, const float *bias
     for (int64_t e = 0; e < ne; e++)
         sel[e] = bias ? rnd(probs[e] + (double)bias[e], prec) : probs[e];
 
-    uint8_t keep_buf[1024];
+    uint8_t keep_buf[FW_MAX_EXPERTS];
     uint8_t *keep = NULL;
-    if (cfg->n_group > 1 && cfg->n_group_used < cfg->n_group && ne <= 1024) {
+    if (cfg->n_group > 1 && cfg->n_group_used < cfg->n_group && ne <= FW_MAX_EXPERTS &&
+        cfg->n_group <= FW_MAX_EXPERTS) {
         /* Group-limited selection: a group's score is the sum of its two
          * best members; experts outside the best groups cannot be chosen. */
         const int64_t per = ne / cfg->n_group;
@@ -394,7 +395,7 @@ void fw_moe_route(const fw_moe_cfg *cfg, const double *logits, const float *bias
                 s += sel[g * per + best[i]];
             gscore[g] = rnd(s, prec);
         }
-        int64_t gids[1024];
+        int64_t gids[FW_MAX_EXPERTS];
         int64_t ng = fw_topk(gscore, NULL, cfg->n_group, cfg->n_group_used, gids);
         keep = keep_buf;
         memset(keep, 0, (size_t)ne);

@@ -190,6 +190,30 @@ int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_
         free(c);
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "forward: bad thread count %d", nt);
     }
+    /* What the ops rely on, beyond what the model module checks. */
+    {
+        const gguf_hparams *h = gguf_model_hparams(m);
+        const char *why = NULL;
+        const int64_t rot = h->is_mla ? h->qk_rope : h->n_rot;
+        if (h->n_embd < 1 || h->n_vocab < 1 || h->n_head < 1)
+            why = "empty model dimensions";
+        else if (!h->is_mla && (h->n_head_kv < 1 || h->n_head % h->n_head_kv))
+            why = "head_count is not a multiple of head_count_kv";
+        else if (rot % 2 || rot > (h->is_mla ? h->qk_rope : h->n_embd_head_k))
+            why = "rope.dimension_count is odd or larger than the head";
+        else if (h->is_mla && (h->kv_lora_rank < 1 || h->qk_nope < 0 || h->v_head < 1))
+            why = "MLA ranks or head sizes are not positive";
+        else if (h->idx_head_dim > 0 && h->idx_head_dim < rot)
+            why = "the indexer head is smaller than its RoPE part";
+        else if (h->n_expert > FW_MAX_EXPERTS || h->n_expert_used > h->n_expert ||
+                 (h->n_group > 1 && h->n_expert % h->n_group))
+            why = "expert counts or groups out of range";
+        if (why) {
+            free(c);
+            return gguf_fail(err, GGUF_E_BAD_VALUE, GGUF_NO_OFFSET, "%s: forward: %s",
+                             gguf_model_name(m), why);
+        }
+    }
     c->prec = c->o.precision;
     c->page = sysconf(_SC_PAGESIZE);
     c->dq.n_threads = c->o.n_threads;
@@ -361,12 +385,14 @@ static int attn_gqa(gguf_fwd_ctx *c, int64_t il, const double *cur, int64_t n, d
         for (int64_t h = 0; h < nkv; h++)
             fw_rope_apply(&c->rope, kc + t * nkv * dk + h * dk, c->n_past + t, c->prec);
     }
-    const int64_t group = nh / nkv;
+    /* query head h reads kv head h * nkv / nh (h / (nh / nkv) when it divides) */
     for (int64_t t = 0; t < n; t++)
-        for (int64_t h = 0; h < nh; h++)
-            fw_attn_head(o + (t * nh + h) * dv, q + (t * nh + h) * dk, L->k + (h / group) * dk,
-                         c->k_w, L->v + (h / group) * dv, c->v_w, c->n_past + t + 1, NULL, dk, dv,
-                         c->kq_scale, sc, c->prec);
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t g = h * nkv / nh;
+            fw_attn_head(o + (t * nh + h) * dv, q + (t * nh + h) * dk, L->k + g * dk, c->k_w,
+                         L->v + g * dv, c->v_w, c->n_past + t + 1, NULL, dk, dv, c->kq_scale, sc,
+                         c->prec);
+        }
     rc = fw_mm(c, out, 0, o, nh * dv, W(c, il, GGUF_ROLE_ATTN_OUT), 0, E, NULL, n, err);
 done:
     free(q);

@@ -103,7 +103,10 @@ typedef struct gguf_fwd_stats {
 
 /*
  * A context: KV cache and scratch for one sequence. opts may be NULL.
- * @return 0; GGUF_E_INVALID for bad options; GGUF_E_NOMEM.
+ * @return 0; GGUF_E_INVALID for bad options; GGUF_E_BAD_VALUE for
+ *         hyper-parameters the ops cannot run (head_count not a multiple of
+ *         head_count_kv, RoPE wider than the head or odd, more than 4096
+ *         experts, ...); GGUF_E_BAD_TYPE / GGUF_E_NOMEM.
  */
 int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_opts *opts,
                         gguf_error *err);
