@@ -59,6 +59,12 @@ static const fault_desc faults[GGUF_FAULT_COUNT] = {
                                                "ignored", true},
     [GGUF_FAULT_SHARED_SCALED] = {"shared-scaled", "shared expert output scaled by "
                                                    "routed_scaling_factor", true},
+    [GGUF_FAULT_ROUTED_SCALE_TWICE] = {"routed-scale-twice", "routed_scaling_factor applied "
+                                                             "twice (in top-k and on the output)",
+                                       true},
+    [GGUF_FAULT_SHARED_DOUBLE_REDUCE] = {"shared-double-reduce", "shared expert output "
+                                                                 "all-reduced twice: scaled by tp",
+                                         true},
 };
 
 const char *gguf_fault_name(gguf_fault f)
@@ -658,6 +664,20 @@ int gguf_shard_apply_fault(gguf_shard_plan *p, gguf_fault f, int64_t layer, gguf
         if (hp->n_expert_shared == 0 || hp->routed_scale == 1.0)
             return unsupported(err, f, "no shared expert, or routed_scaling_factor is 1");
         p->rt.shared_scale = hp->routed_scale;
+        count = 1;
+        break;
+    case GGUF_FAULT_ROUTED_SCALE_TWICE:
+        if (hp->n_expert == 0 || hp->routed_scale == 1.0)
+            return unsupported(err, f, "routed_scaling_factor is 1 or the model has no experts");
+        p->rt.routed_scale = hp->routed_scale * hp->routed_scale;
+        count = 1;
+        break;
+    case GGUF_FAULT_SHARED_DOUBLE_REDUCE:
+        if (hp->n_expert_shared == 0)
+            return unsupported(err, f, "the model has no shared expert");
+        if (p->tp == 1)
+            return unsupported(err, f, "tp 1: an all-reduce over one rank changes nothing");
+        p->rt.shared_scale = (double)p->tp;
         count = 1;
         break;
     default:

@@ -14,7 +14,7 @@ expect 0 "$SP" --list-faults
 for f in kv-b-whole kv-b-rows kv-b-stacked k-b-no-transpose qkv-stream gate-up-stream \
          rank0-everywhere kv-heads-split mla-cache-sharded no-allreduce quant-off-block \
          vocab-no-pad expert-offset norm-sliced rope-pairs yarn-mscale routed-scale exp-probs-b \
-         shared-scaled; do
+         shared-scaled routed-scale-twice shared-double-reduce; do
     contains "$T/out" "$f"
 done
 printf 'not a gguf file at all, just text\n' > "$T/text.gguf"

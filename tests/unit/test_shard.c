@@ -467,6 +467,14 @@ START_TEST(faults_mla)
     ck_assert_double_eq_tol(gguf_shard_plan_runtime(p)->shared_scale, 2.5, 1e-6);
     gguf_shard_plan_free(p);
 
+    p = faulted(fx.m, 1, 0, GGUF_FAULT_ROUTED_SCALE_TWICE, 0);
+    ck_assert_double_eq_tol(gguf_shard_plan_runtime(p)->routed_scale, 6.25, 1e-6);
+    gguf_shard_plan_free(p);
+    p = faulted(fx.m, 2, 0, GGUF_FAULT_SHARED_DOUBLE_REDUCE, 0);
+    ck_assert_double_eq(gguf_shard_plan_runtime(p)->shared_scale, 2.0);
+    gguf_shard_plan_free(p);
+    gguf_shard_plan_free(faulted(fx.m, 1, 0, GGUF_FAULT_SHARED_DOUBLE_REDUCE, GGUF_E_UNSUPPORTED));
+
     /* faults that cannot happen here */
     gguf_shard_plan_free(faulted(fx.m, 1, 0, GGUF_FAULT_KV_B_WHOLE, GGUF_E_UNSUPPORTED));
     gguf_shard_plan_free(faulted(fx.m, 2, 0, GGUF_FAULT_QKV_STREAM, GGUF_E_UNSUPPORTED));

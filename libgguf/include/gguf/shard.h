@@ -245,6 +245,8 @@ typedef enum gguf_fault {
     GGUF_FAULT_EXP_PROBS_B,         /* config: expert selection bias (e_score_correction)
                                        ignored */
     GGUF_FAULT_SHARED_SCALED,       /* config: shared expert scaled by routed_scaling_factor */
+    GGUF_FAULT_ROUTED_SCALE_TWICE,  /* config: routed_scaling_factor applied twice */
+    GGUF_FAULT_SHARED_DOUBLE_REDUCE,/* config: shared expert output all-reduced twice (x tp) */
     GGUF_FAULT_COUNT
 } gguf_fault;
 
