@@ -219,7 +219,7 @@ int gguf_split_plan_make(gguf_split_plan **out, const gguf_set *in, const char *
         rc = too_big(&p->parts[0], 1, l.max_size, err);
         goto fail;
     }
-    if (l.no_tensor_first_split && (rc = add_part(p, &cap, hk, 0, err)))
+    if (l.no_tensor_first_split && p->n_tensors > 0 && (rc = add_part(p, &cap, hk, 0, err)))
         goto fail;
     for (int64_t i = 0; i < p->n_tensors; i++) {
         const gguf_tensor *t = gguf_set_tensor_at(in, i);

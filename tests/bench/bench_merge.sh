@@ -18,7 +18,7 @@ d=$W/cli
 rm -rf "$d" && mkdir -p "$d"
 mib=$(python3 -c "print(int($GIB * 1024))")
 python3 "$FX" dense "$d/m.gguf" --mib "$mib"
-"$M" -q --split --split-max-size "$(python3 -c "print(int($mib / 4) + 1)")M" "$d/m.gguf" "$d/p"
+"$M" -q --split --split-max-size "$(python3 -c "print(int($mib / 4) + 1)")MiB" "$d/m.gguf" "$d/p"
 rm "$d/m.gguf"
 sync
 bytes=$(cat "$d"/p-*.gguf | wc -c)
