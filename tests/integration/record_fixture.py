@@ -10,6 +10,7 @@ for the compare tests: multi-rank copies with an injected fault, and malformed r
   record_fixture.py f16 IN OUT               every capture stored as F16 (not a record)
   record_fixture.py model IN OUT             a GGUF that is no record (no general.type)
   record_fixture.py tokens IN OUT            IN with other token ids
+  record_fixture.py expert IN OUT POINT T    router capture POINT: token T picks another expert
 """
 import sys
 
@@ -98,6 +99,20 @@ def main():
         caps = [c for c in caps if c[0] != args[0]]
     elif mode == "reshape":
         caps = [(nm, a[:-1] if nm == args[0] else a) for nm, a in caps]
+    elif mode == "expert":
+        # token T of router capture POINT chooses another expert in its last slot
+        point, t = args[0], int(args[1])
+        out = []
+        for nm, a in caps:
+            if nm == point:
+                a = a.copy()
+                n_exp = int(a.max()) + 2
+                new = (a[t, -1] + 1) % n_exp
+                while new in a[t]:
+                    new = (new + 1) % n_exp
+                a[t, -1] = new
+            out.append((nm, a))
+        caps = out
     elif mode == "tokens":
         meta["record.tokens"] = (gguf.GGUFValueType.ARRAY, [x + 1 for x in meta["record.tokens"][1]])
     elif mode == "f16":

@@ -89,6 +89,14 @@ contains "$T/out" "FIRST DIVERGENCE: blk.1.attn_out (layer 1, op attn_out, rank 
 expect 1 "$R" compare "$T/f64.gguf.zst" "$T/f32.gguf" --tol max_abs=0
 contains "$T/out" "max_abs"
 
+# A router that picks another expert for one token: found at its layer, with both sets.
+$FX expert "$T/f32.gguf" "$T/moe.gguf" blk.1.moe_experts 2
+expect 1 "$R" compare "$T/f32.gguf" "$T/moe.gguf"
+contains "$T/out" "FIRST DIVERGENCE: blk.1.moe_experts (layer 1, op moe_experts, rank 0): experts 0.667 < 1.000"
+contains "$T/out" "  first token with other experts: 2: A chose"
+contains "$T/out" "blk.1.moe_weights            -"
+contains "$T/out" "experts 0.667"
+
 # Records that cannot be compared: exit 2 and a message naming the file and capture.
 $FX drop "$T/f32.gguf" "$T/drop.gguf" blk.1.ffn_out
 expect 2 "$R" compare "$T/f32.gguf" "$T/drop.gguf"

@@ -128,6 +128,26 @@ static int64_t pick(const gguf_cmp_result *res, int64_t i, int64_t j)
     return best;
 }
 
+/* "token 1: A chose experts 3 5, B chose 3 6" for the first token whose sets differ. */
+static void print_expert_sets(FILE *out, const gguf_record *a, const gguf_record *b,
+                              const gguf_cmp_entry *e)
+{
+    uint32_t ra = gguf_record_get_meta(a)->ranks, rb = gguf_record_get_meta(b)->ranks;
+    const gguf_capture *ca = gguf_record_capture_find(a, e->point, ra == 1 ? 0 : e->rank);
+    const gguf_capture *cb = gguf_record_capture_find(b, e->point, rb == 1 ? 0 : e->rank);
+    int64_t t = e->experts_first_row;
+    fprintf(out, "  first token with other experts: %lld", (long long)t);
+    if (ca && cb && t >= 0 && ca->ne[0] <= 64) {
+        const gguf_capture *c[2] = {ca, cb};
+        for (int k = 0; k < 2; k++) {
+            fprintf(out, k ? "; B chose" : ": A chose");
+            for (int64_t j = 0; j < c[k]->ne[0]; j++)
+                fprintf(out, " %g", (double)c[k]->data[t * c[k]->ne[0] + j]);
+        }
+    }
+    fputc('\n', out);
+}
+
 static void print_table(FILE *out, const gguf_record *a, const gguf_record *b,
                         const gguf_cmp_result *res, bool all)
 {
@@ -145,8 +165,7 @@ static void print_table(FILE *out, const gguf_record *a, const gguf_record *b,
             fprintf(out, "no layer");
         fprintf(out, ", op %s, rank %u): %s\n", e->op, e->rank, why);
         if (e->kind == GGUF_CMP_KIND_EXPERTS)
-            fprintf(out, "  first token with other experts: %lld\n",
-                    (long long)e->experts_first_row);
+            print_expert_sets(out, a, b, e);
         else
             fprintf(out, "  largest difference: token %lld, column %lld, |b - a| = %.4g\n",
                     (long long)e->max_abs_row, (long long)e->max_abs_col, e->max_abs);
