@@ -22,6 +22,9 @@ expect 2 "$M" --split --split-max-size 12Q a b
 contains "$T/err" "is not a size"
 expect 2 "$M" --split --split-max-size 0 a b
 contains "$T/err" "is not a size"
+for bad in 0 -1 1.5Q 5GiBx G 1e400; do
+    expect 2 "$M" --split --split-max-size "$bad" a b
+done
 expect 2 "$M" --split --split-max-tensors 0 a b
 expect 2 "$M" --merge --split-max-tensors 3 a b
 contains "$T/err" "apply to --split only"
@@ -54,6 +57,19 @@ done
 # The alignment is kept in every part.
 expect 0 "$I" "$T/types64/t-00008-of-00008.gguf"
 contains "$T/out" "alignment:   64"
+
+# Size units: K M G T are powers of 1000 (as llama-gguf-split), KiB..TiB of 1024.
+d=$T/units
+mkdir -p "$d"
+python3 "$FX" types "$d/m.gguf"
+for spec in 4000:4000 4K:4000 4KB:4000 4KiB:4096 0.004M:4000 4.5k:4500; do
+    expect 0 "$M" --split --split-max-size "${spec%%:*}" --dry-run --json "$d/m.gguf" "$d/u"
+    python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1])); lim = int(sys.argv[2])
+assert all(o['size'] <= lim for o in j['outputs']), j['outputs']
+assert any(o['size'] > lim - 600 for o in j['outputs'])" "$T/out" "${spec##*:}" && pass || fail "size $spec"
+done
 
 # A decimal size and a metadata-only first part; the dry run writes nothing.
 d=$T/dry
