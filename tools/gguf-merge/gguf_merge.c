@@ -50,6 +50,8 @@ static const cli_opt OPTS[] = {
      "write per-tensor, model and per-file XXH3-128 digests as JSON"},
     {OPT_DELETE, "delete-inputs", 0, NULL,
      "delete the input parts once the output is written, synced and verified"},
+    {OPT_DELETE, "delete-splits", 0, NULL,
+     "llama-gguf-split's name for --delete-inputs (here with the safe ordering)"},
     {OPT_JSON, "json", 0, NULL, "print the plan or the result as JSON on stdout"},
     {OPT_THREADS, "threads", 1, "N", "digest threads (default: one per core)"},
     {OPT_NO_SYNC, "no-sync", 0, NULL, "skip fsync (scratch files only)"},
