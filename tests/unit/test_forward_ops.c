@@ -93,6 +93,36 @@ START_TEST(matmul_threads_same_bits)
 }
 END_TEST
 
+/* The documented summation order, written out plainly: four partial sums
+ * by i mod 4, the tail into the first, combined as (s0 + s1) + (s2 + s3).
+ * Every matmul path (plain C, four tokens at once, AVX2) must give exactly
+ * these bits, whatever the token count. */
+START_TEST(matmul_summation_order)
+{
+    enum { NI = 301, NO = 9, NT = 7 };
+    float W[NI * NO];
+    double x[NI * NT], y[NO * NT];
+    for (int i = 0; i < NI * NO; i++)
+        W[i] = (float)sin(i * 0.7) * 3.0f;
+    for (int i = 0; i < NI * NT; i++)
+        x[i] = cos(i * 0.11) / 7.0;
+    fw_matmul(y, 0, x, 0, W, NULL, NI, NO, NT, 1, F64);
+    for (int t = 0; t < NT; t++)
+        for (int o = 0; o < NO; o++) {
+            double p[4] = {0, 0, 0, 0};
+            int i = 0;
+            for (; i + 4 <= NI; i += 4)
+                for (int l = 0; l < 4; l++)
+                    p[l] += (double)W[o * NI + i + l] * x[t * NI + i + l];
+            for (; i < NI; i++)
+                p[0] += (double)W[o * NI + i] * x[t * NI + i];
+            const double want = (p[0] + p[1]) + (p[2] + p[3]);
+            ck_assert_msg(y[t * NO + o] == want, "t %d o %d: %.17g != %.17g", t, o,
+                          y[t * NO + o], want);
+        }
+}
+END_TEST
+
 START_TEST(softmax_by_hand)
 {
     /* e^-2, e^-1, 1 over their sum 1.503214724 */
@@ -278,6 +308,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, layernorm_by_hand);
     tcase_add_test(tc, matmul_by_hand);
     tcase_add_test(tc, matmul_threads_same_bits);
+    tcase_add_test(tc, matmul_summation_order);
     tcase_add_test(tc, softmax_by_hand);
     tcase_add_test(tc, silu_swiglu_by_hand);
     tcase_add_test(tc, rope_adjacent_and_half);
