@@ -113,6 +113,7 @@ interrupt() { # SIGNAL
 }
 interrupt INT
 interrupt TERM
+interrupt HUP
 
 # SIGINT during --verify (after the rename): the unverified output is removed as well.
 rc=0

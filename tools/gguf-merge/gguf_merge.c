@@ -248,14 +248,16 @@ int main(int argc, char **argv)
     const char *input = argv[optind_], *output = argv[optind_ + 1];
     jo.digests = manifest != NULL;
 
-    /* Interrupts only raise a flag: the library then removes its temporary
-     * files. SIGXFSZ ignored: RLIMIT_FSIZE then gives EFBIG, a clean "disk full". */
+    /* Interrupts (SIGINT, SIGTERM, SIGHUP) only raise a flag: the library then
+     * removes its temporary files. SIGXFSZ ignored: RLIMIT_FSIZE then gives
+     * EFBIG, a clean "disk full". */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal or SSH session */
     signal(SIGXFSZ, SIG_IGN);
     jo.cancel = &g_cancel;
 
