@@ -149,7 +149,7 @@ int main(int argc, char **argv)
             break;
         case OPT_LIST_FAULTS:
             for (int f = 1; f < GGUF_FAULT_COUNT; f++)
-                printf("%-18s %-7s %s\n", gguf_fault_name((gguf_fault)f),
+                printf("%-20s %-7s %s\n", gguf_fault_name((gguf_fault)f),
                        gguf_fault_is_config((gguf_fault)f) ? "config" : "weights",
                        gguf_fault_summary((gguf_fault)f));
             return CLI_EXIT_OK;
