@@ -38,9 +38,18 @@ uint64_t gen_rng_next(gen_rng *r)
     return result;
 }
 
-float gen_rng_unit(gen_rng *r) { return (float)(gen_rng_next(r) >> 40) * (1.0f / 16777216.0f); }
-
-float gen_rng_range(gen_rng *r, float lo, float hi) { return lo + (hi - lo) * gen_rng_unit(r); }
+/*
+ * lo + (hi - lo) * u in double, u = k / 2^24 with a 24-bit k: the product of a
+ * float span and u has at most 49 significant bits, so it is exact and a fused
+ * multiply-add (AArch64, -ffp-contract=fast) rounds exactly as a separate
+ * multiply and add. The stream is the same on every machine and compiler.
+ */
+double gen_rng_range(gen_rng *r, float lo, float hi)
+{
+    double span = (double)hi - (double)lo;
+    double u = (double)(gen_rng_next(r) >> 40) * 0x1p-24;
+    return (double)lo + span * u;
+}
 
 uint32_t gen_rng_below(gen_rng *r, uint32_t n)
 {
