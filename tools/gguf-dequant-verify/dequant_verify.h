@@ -146,5 +146,7 @@ bool dv_gpu_available(char *why, size_t why_size);
  * a reason in why when the GPU path failed. */
 int dv_gpu_compare_rows(const gguf_tensor *t, const float *x, int64_t row0, int64_t n_rows,
                         uint64_t *n_diff, char *why, size_t why_size);
+/* Free what the GPU check allocated. */
+void dv_gpu_release(void);
 
 #endif

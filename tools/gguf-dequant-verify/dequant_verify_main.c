@@ -388,7 +388,8 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
             if (dv_gpu_compare_rows(t, dst, r0, nr, &gpu_diff, why, sizeof why) != 0) {
                 gpu_state = -1;
                 rs->gpu_ok = false;
-                snprintf(rs->gpu_why, sizeof rs->gpu_why, "%s", why);
+                snprintf(rs->gpu_why, sizeof rs->gpu_why, "stopped: %.200s", why);
+                fprintf(stderr, "%s: --gpu: %s\n", spec.tool, rs->gpu_why);
             }
         }
         rs->bytes_done += (uint64_t)nr * row_bytes;
@@ -673,9 +674,12 @@ int main(int argc, char **argv)
             printf("{\"status\": \"skipped\", \"reason\": ");
             cli_json_str(stdout, rs.gpu_why, SIZE_MAX);
             printf("}");
-        } else
-            printf("{\"status\": \"%s\", \"tensors_different\": %lld}",
+        } else {
+            printf("{\"status\": \"%s\", \"tensors_different\": %lld, \"device\": ",
                    rs.n_gpu_diff ? "different" : "equal", (long long)rs.n_gpu_diff);
+            cli_json_str(stdout, rs.gpu_why, SIZE_MAX);
+            printf("}");
+        }
         printf(", \"ok\": %s}\n}\n", ok ? "true" : "false");
     } else {
         printf("%lld tensors dequantized", (long long)rs.n_tensors);
@@ -689,7 +693,9 @@ int main(int argc, char **argv)
             printf("; reference: %lld ok, %lld failed, %lld missing", (long long)rs.n_ref_ok,
                    (long long)rs.n_ref_fail, (long long)rs.n_ref_missing);
         if (o.gpu)
-            printf("; GPU: %s", !rs.gpu_ok ? "skipped" : rs.n_gpu_diff ? "DIFFERENT" : "equal");
+            printf("; GPU%s%s%s: %s", rs.gpu_ok ? " (" : "", rs.gpu_ok ? rs.gpu_why : "",
+                   rs.gpu_ok ? ")" : "",
+                   !rs.gpu_ok ? "skipped" : rs.n_gpu_diff ? "DIFFERENT" : "equal bit for bit");
         if (o.dump)
             printf("; wrote %s", o.dump);
         printf("\n");
@@ -710,6 +716,8 @@ done:
     free(rs.kvb);
     free(rs.kvb_out);
     free(rs.buf);
+    if (o.gpu)
+        dv_gpu_release();
     gguf_dequant_pool_free(rs.pool);
     dv_st_close(rs.st);
     gguf_set_close(rs.set);
