@@ -1,10 +1,9 @@
 /*
  * --reference: GGUF tensors against the HF safetensors they were made from.
  *
- * The GGUF -> HF name map below is a small internal one (llama-style dense
- * models, qwen2/3, deepseek2/glm MLA and MoE). The model module
- * (gguf/model.h: gguf_role_parse, gguf_role_hf_name) is the project's map;
- * this file switches to it once that lands.
+ * HF names come from the model module (gguf/model.h: gguf_role_parse,
+ * gguf_role_hf_name) for the architectures it knows; a small internal map
+ * (llama-style dense blocks, MLA, MoE) covers the others.
  *
  * Layout facts used:
  *   - numpy shape = reversed ggml ne, so GGUF row r (ne[0] elements) is HF
@@ -23,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/model.h"
 #include "gguf/types.h"
 
 /* Minimum SNR, in dB, a correct tensor of each type reaches against its
@@ -159,6 +159,49 @@ static int hf_name(const char *gguf, int64_t expert, char *out, size_t size, int
     return -1;
 }
 
+static int is_llama_like(const char *arch);
+
+/* The model module's name for a tensor, with "*" replaced by the expert
+ * index when expert >= 0. Returns 0, or -1 when the module has none. */
+static int hf_name_model(const dv_model_info *mi, const char *gguf, int64_t expert, char *out,
+                         size_t size, int *is_exps, int *is_llama_qk)
+{
+    const gguf_arch arch = gguf_arch_from_name(mi->arch);
+    gguf_role role;
+    int64_t layer;
+    char name[256];
+    const char *note = NULL;
+    if (arch == GGUF_ARCH_UNKNOWN || gguf_role_parse(arch, gguf, &role, &layer) != 0 ||
+        gguf_role_hf_name(arch, role, layer, name, sizeof name, &note) != 0)
+        return -1;
+    *is_exps = role == GGUF_ROLE_FFN_GATE_EXPS || role == GGUF_ROLE_FFN_UP_EXPS ||
+               role == GGUF_ROLE_FFN_DOWN_EXPS;
+    *is_llama_qk = arch == GGUF_ARCH_LLAMA && (role == GGUF_ROLE_ATTN_Q || role == GGUF_ROLE_ATTN_K);
+    const char *star = strchr(name, '*');
+    if (star && expert >= 0)
+        snprintf(out, size, "%.*s%lld%s", (int)(star - name), name, (long long)expert, star + 1);
+    else
+        snprintf(out, size, "%s", name);
+    return 0;
+}
+
+/* Model module first, the internal map for architectures it does not know. */
+static int map_name(const dv_model_info *mi, const char *gguf, int64_t expert, char *out,
+                    size_t size, int *is_exps, int *is_llama_qk)
+{
+    if (hf_name_model(mi, gguf, expert, out, size, is_exps, is_llama_qk) == 0)
+        return 0;
+    *is_llama_qk = 0;
+    if (hf_name(gguf, expert, out, size, is_exps) != 0)
+        return -1;
+    if (is_llama_like(mi->arch)) {
+        const size_t n = strlen(gguf);
+        *is_llama_qk = n > 14 && (!strcmp(gguf + n - 14, ".attn_q.weight") ||
+                                  !strcmp(gguf + n - 14, ".attn_k.weight"));
+    }
+    return 0;
+}
+
 bool dv_ref_is_kv_b_part(const char *gguf_name)
 {
     const char *p = strstr(gguf_name, ".attn_k_b.weight");
@@ -167,7 +210,7 @@ bool dv_ref_is_kv_b_part(const char *gguf_name)
 }
 
 static int is_llama_like(const char *arch)
-{
+{ /* llama's converter permutes attn_q/attn_k rows; these reuse it */
     return !strcmp(arch, "llama") || !strcmp(arch, "mistral") || !strcmp(arch, "granite");
 }
 
@@ -214,8 +257,8 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
     memset(r, 0, sizeof *r);
     memset(m, 0, sizeof *m);
     r->expect_snr_db = dv_expect_snr_db(t->type);
-    int is_exps;
-    if (hf_name(t->name, 0, r->hf_name, sizeof r->hf_name, &is_exps) != 0) {
+    int is_exps, is_llama_qk;
+    if (map_name(mi, t->name, 0, r->hf_name, sizeof r->hf_name, &is_exps, &is_llama_qk) != 0) {
         snprintf(r->status, sizeof r->status, "skipped");
         snprintf(r->note, sizeof r->note, "no HF name known for this tensor");
         return;
@@ -234,7 +277,7 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
         m->n_experts = shape[0];
         for (int64_t e = 0; e < shape[0]; e++) {
             char name[256];
-            hf_name(t->name, e, name, sizeof name, &is_exps);
+            map_name(mi, t->name, e, name, sizeof name, &is_exps, &is_llama_qk);
             m->experts[e] = dv_st_find(st, name);
             if (!m->experts[e]) {
                 snprintf(r->status, sizeof r->status, "missing");
@@ -251,7 +294,7 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
                 return;
             }
         }
-        hf_name(t->name, -1, r->hf_name, sizeof r->hf_name, &is_exps);
+        map_name(mi, t->name, -1, r->hf_name, sizeof r->hf_name, &is_exps, &is_llama_qk);
     } else {
         m->src = dv_st_find(st, r->hf_name);
         if (!m->src) {
@@ -269,8 +312,7 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
         m->kind = 1;
         const size_t n = strlen(t->name);
         const int q = n > 14 && !strcmp(t->name + n - 14, ".attn_q.weight");
-        const int k = n > 14 && !strcmp(t->name + n - 14, ".attn_k.weight");
-        if (is_llama_like(mi->arch) && (q || k) && nd == 2) {
+        if (is_llama_qk && nd == 2) {
             const int64_t heads = q ? mi->n_head : mi->n_head_kv;
             if (heads > 0 && shape[0] % heads == 0 && (shape[0] / heads) % 2 == 0) {
                 m->kind = 2;
