@@ -1,0 +1,72 @@
+#!/bin/bash
+# Build, test and benchmark the CUDA parts on a GPU machine in one call.
+#
+#   tests/gpu/run_gpu.sh                 # everything, logs under $OUT (or ./out)
+#
+# Uses a prebuilt tree when GGUFKIT_GPU_BUILD names one that holds the test
+# binaries (built elsewhere with the same CUDA); otherwise configures and
+# builds build-gpu here for sm_90 only. GGUFKIT_GPU_TESTDATA: folder of real
+# .gguf files for the bit-exactness test (default gpudata/testdata).
+# Extra shared libraries (e.g. libsubunit for Check) may be put in gpudata/lib.
+set -u -o pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+BUILD=${GGUFKIT_GPU_BUILD:-$ROOT/build-gpu}
+export LD_LIBRARY_PATH="$ROOT/gpudata/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GGUFKIT_GPU_TESTDATA=${GGUFKIT_GPU_TESTDATA:-$ROOT/gpudata/testdata}
+status=0
+step() { echo "=== $* ($(date +%T))"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
+    2>&1 | tee "$OUT/gpu.txt"
+
+if [ ! -x "$BUILD/tests/test_cuda_dequant" ]; then
+    step "build $BUILD (sm_90)"
+    { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=ON -DGGUFKIT_CUDA_ARCHITECTURES=90-real \
+        -DCMAKE_BUILD_TYPE=Release &&
+      cmake --build "$BUILD" -j"$(nproc)" --target test_cuda_dequant bench_cuda_dequant; } \
+        > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 3; }
+fi
+
+if command -v cuobjdump > /dev/null; then
+    step "kernel resources (registers, stack, spills)"
+    cuobjdump --dump-resource-usage "$BUILD/tests/bench_cuda_dequant" > "$OUT/resources.txt" 2>&1
+    grep -o 'REG:[0-9]*' "$OUT/resources.txt" | sort | uniq -c | sort -rn | head -8 | tr '\n' ' '
+    echo
+    grep -o 'STACK:[1-9][0-9]*' "$OUT/resources.txt" | sort | uniq -c | head -3
+fi
+
+step "test_cuda_dequant"
+"$BUILD/tests/test_cuda_dequant" 2>&1 | tee "$OUT/test.log" | grep -v '^MISMATCH' | tail -20
+rc=${PIPESTATUS[0]}
+grep -c '^MISMATCH' "$OUT/test.log" | sed 's/^/mismatch lines: /'
+grep '^MISMATCH' "$OUT/test.log" | cut -c1-400 | head -40
+echo "test rc=$rc"
+[ "$rc" = 0 ] || status=1
+
+if [ -x "$BUILD/tools/gguf-dequant-verify" ] && [ -d "$GGUFKIT_GPU_TESTDATA" ]; then
+    step "gguf-dequant-verify --gpu"
+    find "$GGUFKIT_GPU_TESTDATA" -name '*.gguf' | sort | while read -r f; do
+        "$BUILD/tools/gguf-dequant-verify" --gpu -q --allow-nonfinite "$f" 2>&1 | tail -2
+        echo "$(basename "$f"): exit ${PIPESTATUS[0]}"
+    done | tee "$OUT/dequant-verify.log"
+fi
+
+if command -v compute-sanitizer > /dev/null; then
+    for tool in memcheck racecheck; do
+        step "compute-sanitizer $tool (quick test)"
+        GGUFKIT_GPU_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+            "$BUILD/tests/test_cuda_dequant" > "$OUT/sanitizer-$tool.log" 2>&1
+        echo "$tool rc=$?"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" "$OUT/sanitizer-$tool.log" | head -5
+    done
+fi
+
+step "bench_cuda_dequant ${GGUFKIT_BENCH_ARGS:-29 20}"
+# shellcheck disable=SC2086
+"$BUILD/tests/bench_cuda_dequant" ${GGUFKIT_BENCH_ARGS:-29 20} 2>&1 | tee "$OUT/bench.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+step "done status=$status"
+exit $status
