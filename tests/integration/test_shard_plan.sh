@@ -75,6 +75,45 @@ contains "$T/err" "fault kv-b-whole: the model has no MLA kv_b_proj"
 expect 2 "$SP" "$T/llama.gguf" --tp 2 --fault rope-pairs --fault-layer 99
 contains "$T/err" "layer 99 beyond"
 
+# every architecture the model module knows: a clean plan at tp 2 (no warning, no error), and
+# every fault either applies (exit 1) or is refused with its reason (exit 2), never a crash
+FAULTS=$("$SP" --list-faults | cut -d' ' -f1)
+for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
+    "$GEN" model -q --no-sync --arch "$a" --kv-heads 2 --vocab 500 --type Q4_K "$T/arch-$a.gguf"
+    expect 0 "$SP" "$T/arch-$a.gguf" --tp 2
+    grep -qE '^  (warn|error) ' "$T/out" && grep -vE 'quant_block' "$T/out" | grep -qE '^  (warn|error) ' \
+        && fail "$a: unexpected warning or error at tp 2"
+    for f in $FAULTS; do
+        got=0
+        "$SP" "$T/arch-$a.gguf" --tp 4 --ep 4 --fault "$f" --json >"$T/f-$a-$f.json" 2>"$T/err" \
+            || got=$?
+        case $got in
+            1) ;;
+            2) grep -qF "fault $f:" "$T/err" || fail "$a $f: exit 2 without a reason"
+               rm -f "$T/f-$a-$f.json" ;;
+            *) fail "$a $f: exit $got" ;;
+        esac
+    done
+done
+# every injected plan is valid JSON and records its fault
+python3 - "$T" <<'PY' || fail "fault JSON"
+import glob, json, sys
+n = 0
+for p in glob.glob(sys.argv[1] + "/f-*.json"):
+    d = json.load(open(p))
+    assert len(d["faults"]) == 1 and any(c["code"] == "fault" for c in d["checks"]), p
+    n += 1
+assert n >= 60, n
+PY
+# legacy attn_kv_b (older converters) is cut by whole heads too
+"$GEN" model -q --no-sync --arch deepseek2 --legacy-kv-b "$T/legacy.gguf"
+expect 0 "$SP" "$T/legacy.gguf" --tp 2 --filter blk.0.attn_kv_b -v
+contains "$T/out" "r1   [64, 512]              ne[1] [512, 1024)"
+# a split set, from any part
+"$GEN" model -q --no-sync --arch glm-dsa --split-max-tensors 40 "$T/split.gguf"
+expect 0 "$SP" "$T/split-00002-of-00002.gguf" --tp 2
+contains "$T/out" "arch glm-dsa, 3 blocks (1 NextN), 71 tensors"
+
 # ---- real files: the converter's DeepSeek-V3 (MLA, MoE) ----
 if [ -n "$SHARED" ] && [ -f "$SHARED/hf/deepseek_v3/model-q8_0.gguf" ]; then
     DS="$SHARED/hf/deepseek_v3/model-q8_0.gguf"
