@@ -11,6 +11,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "dequant_verify.h"
@@ -313,6 +315,22 @@ static void report_kvb(run_state *rs, const dv_ref_result *r, bool roundtrip, in
     fprintf(f, "; split back %s\n", roundtrip ? "exact" : "NOT EXACT");
 }
 
+/* Done with these file bytes: drop their pages from this process (a read-only
+ * file mapping reads them again on demand), so RSS stays about one chunk even
+ * over a 400 GB model. Only whole pages inside the range. */
+static void drop_pages(const uint8_t *p, uint64_t n)
+{
+    static uintptr_t page;
+    if (!page) {
+        const long ps = sysconf(_SC_PAGESIZE);
+        page = ps > 0 ? (uintptr_t)ps : 4096;
+    }
+    uintptr_t b = ((uintptr_t)p + page - 1) & ~(page - 1);
+    const uintptr_t e = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
+    if (e > b)
+        madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
 /* One tensor, chunk by chunk. Returns 0, 1 (this tensor failed), or a
  * negative gguf status for errors that stop the run. */
 static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_error *err)
@@ -392,6 +410,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
                 fprintf(stderr, "%s: --gpu: %s\n", spec.tool, rs->gpu_why);
             }
         }
+        drop_pages(src, (uint64_t)nr * row_bytes);
         rs->bytes_done += (uint64_t)nr * row_bytes;
         cli_progress_update(&rs->progress, rs->bytes_done);
     }
