@@ -654,11 +654,12 @@ static int plan_checks(gguf_shard_plan *p)
             if (gguf_model_get(p->m, il, (gguf_role)role))
                 continue;
             if (n_missing++ < 20) {
-                char nm[128];
+                char nm[128], hf[160];
+                if (gguf_role_hf_name(hp->arch, (gguf_role)role, il, hf, sizeof hf, NULL) != 0)
+                    snprintf(hf, sizeof hf, "no HF name");
                 CHK(GGUF_CHECK_ERROR, "missing", NULL,
                     "%s: the engine loads it (HF %s) but the file lacks it",
-                    layer_role_name(p, il, (gguf_role)role, nm, sizeof nm),
-                    gguf_role_name((gguf_role)role));
+                    layer_role_name(p, il, (gguf_role)role, nm, sizeof nm), hf);
             }
         }
     if (n_missing > 20)

@@ -114,6 +114,18 @@ contains "$T/out" "r1   [64, 512]              ne[1] [512, 1024)"
 expect 0 "$SP" "$T/split-00002-of-00002.gguf" --tp 2
 contains "$T/out" "arch glm-dsa, 3 blocks (1 NextN), 71 tensors"
 
+# ---- real files: unsupported architectures, vocabulary-only files ----
+if [ -n "$SHARED" ] && [ -f "$SHARED/vocab/ggml-vocab-baichuan.gguf" ]; then
+    expect 2 "$SP" "$SHARED/vocab/ggml-vocab-baichuan.gguf" --tp 2
+    contains "$T/err" "general.architecture: 'baichuan' is not supported"
+fi
+if [ -n "$SHARED" ] && [ -f "$SHARED/vocab/ggml-vocab-llama-spm.gguf" ]; then
+    # metadata of a 32-block llama, no tensors: every tensor the engine loads is missing
+    expect 1 "$SP" "$SHARED/vocab/ggml-vocab-llama-spm.gguf" --tp 2
+    contains "$T/out" "error missing      token_embd.weight: the engine loads it (HF model.embed_tokens.weight) but the file lacks it"
+    contains "$T/out" "more missing tensors"
+fi
+
 # ---- real files: the converter's DeepSeek-V3 (MLA, MoE) ----
 if [ -n "$SHARED" ] && [ -f "$SHARED/hf/deepseek_v3/model-q8_0.gguf" ]; then
     DS="$SHARED/hf/deepseek_v3/model-q8_0.gguf"
