@@ -36,7 +36,7 @@ void gen_rng_seed(gen_rng *r, uint64_t seed, const char *name);
 uint64_t gen_rng_next(gen_rng *r);
 /* Uniform in [lo, hi): 2^24 evenly spaced values, computed exactly the same
  * way on every machine (see gen_rng.c). */
-double gen_rng_range(gen_rng *r, float lo, float hi);
+float gen_rng_range(gen_rng *r, float lo, float hi);
 /* Uniform integer in [0, n). */
 uint32_t gen_rng_below(gen_rng *r, uint32_t n);
 

@@ -38,7 +38,7 @@ static void random_bytes(gen_rng *r, uint8_t *p, size_t n)
  * below pick sub-scale ranges so that this d is a normal half for amp 0.06. */
 static float scale_for(gen_rng *r, float amp, float maxcode)
 {
-    return (float)((double)(amp / maxcode) * gen_rng_range(r, 0.6f, 1.0f));
+    return amp / maxcode * gen_rng_range(r, 0.6f, 1.0f);
 }
 
 /* UE4M3 (bias 7, no sign) as gguf-py and ggml's CPU path read it, times 0.5 */

@@ -39,16 +39,19 @@ uint64_t gen_rng_next(gen_rng *r)
 }
 
 /*
- * lo + (hi - lo) * u in double, u = k / 2^24 with a 24-bit k: the product of a
- * float span and u has at most 49 significant bits, so it is exact and a fused
- * multiply-add (AArch64, -ffp-contract=fast) rounds exactly as a separate
- * multiply and add. The stream is the same on every machine and compiler.
+ * lo + (hi - lo) * u rounded to float after each operation, u = k / 2^24 with
+ * a 24-bit k. Both steps go through double, where they are exact (the product
+ * has at most 49 significant bits, the sum at most 47 for the ranges used
+ * here), then through one explicit rounding to float each: exactly IEEE float
+ * multiply-then-add, and no fused multiply-add can form across the conversions
+ * (AArch64, -ffp-contract=fast). The stream is the same on every machine.
  */
-double gen_rng_range(gen_rng *r, float lo, float hi)
+float gen_rng_range(gen_rng *r, float lo, float hi)
 {
-    double span = (double)hi - (double)lo;
+    float span = hi - lo;
     double u = (double)(gen_rng_next(r) >> 40) * 0x1p-24;
-    return (double)lo + span * u;
+    float p = (float)((double)span * u);
+    return (float)((double)lo + (double)p);
 }
 
 uint32_t gen_rng_below(gen_rng *r, uint32_t n)
