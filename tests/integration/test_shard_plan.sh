@@ -105,6 +105,28 @@ for p in glob.glob(sys.argv[1] + "/f-*.json"):
     n += 1
 assert n >= 60, n
 PY
+# shards of faulted plans (multi-piece slices, padding, off-block cuts) are written and valid
+"$GEN" model -q --no-sync --arch qwen3moe --kv-heads 2 --vocab 500 --expert-ff 768 --type Q4_K \
+    "$T/w-moe.gguf"
+for spec in "w-moe 2 none" "w-moe 4 expert-offset" "arch-llama 4 kv-heads-split" \
+            "arch-llama 4 norm-sliced" "arch-llama 4 qkv-stream" "arch-llama 2 quant-off-block" \
+            "arch-llama 4 vocab-no-pad" "arch-glm-dsa 4 mla-cache-sharded" \
+            "arch-glm-dsa 2 kv-b-stacked" "arch-glm-dsa 2 gate-up-stream"; do
+    set -- $spec
+    args=("$T/$1.gguf" --tp "$2" --write-shards "$T/ws-$1-$3" -q)
+    [ "$3" = none ] || args+=(--fault "$3")
+    [ "$3" = expert-offset ] && args+=(--ep "$2")
+    got=0
+    "$SP" "${args[@]}" 2>"$T/err" || got=$?
+    [ "$got" -le 1 ] || { fail "write-shards $spec: exit $got"; sed 's/^/    /' "$T/err" >&2; }
+    [ "$(ls "$T/ws-$1-$3"/*.gguf | wc -l)" -eq "$2" ] || fail "write-shards $spec: files"
+    for f in "$T/ws-$1-$3"/*.gguf; do
+        [ -x "$GGUFKIT_BIN/gguf-inspect" ] && { "$GGUFKIT_BIN/gguf-inspect" "$f" >/dev/null \
+            || fail "write-shards $spec: $f does not open"; }
+    done
+    pass
+done
+
 # legacy attn_kv_b (older converters) is cut by whole heads too
 "$GEN" model -q --no-sync --arch deepseek2 --legacy-kv-b "$T/legacy.gguf"
 expect 0 "$SP" "$T/legacy.gguf" --tp 2 --filter blk.0.attn_kv_b -v

@@ -59,6 +59,27 @@ static int put_zeros(wctx *c, uint64_t n)
     return 0;
 }
 
+/*
+ * Can the slice be written as the stored bytes? The plan says so through quant_cut_ok; a
+ * faulted plan (quant-off-block) may claim it for cuts that are not whole blocks, which a GGUF
+ * cannot hold: those are written in F32 (the same wrong elements, dequantized).
+ */
+static bool bytes_ok(const gguf_shard_plan *p, const gguf_shard_tensor *e,
+                     const gguf_shard_slice *s)
+{
+    const gguf_type_info *ti = gguf_type_get(e->type);
+    uint64_t rb;
+    if (!s->quant_cut_ok || !ti || gguf_type_row_bytes(e->type, s->ne[0], &rb) != 0)
+        return false;
+    for (int32_t k = 0; k < s->n_pieces; k++) {
+        const gguf_shard_piece *pc = &s->pieces[k];
+        if (pc->transpose || gguf_shard_plan_at(p, pc->src)->type != e->type ||
+            pc->lo[0] % ti->block_size || pc->hi[0] % ti->block_size)
+            return false;
+    }
+    return (uint64_t)s->pad % ti->block_size == 0 || e->cat_dim != 0;
+}
+
 static bool written(const gguf_shard_tensor *e)
 {
     return !e->is_virtual && e->consumed;
@@ -192,7 +213,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
         if (!written(e))
             continue;
         const gguf_shard_slice *s = &e->ranks[r];
-        uint32_t type = s->quant_cut_ok ? e->type : GGUF_TYPE_F32;
+        uint32_t type = bytes_ok(p, e, s) ? e->type : GGUF_TYPE_F32;
         if ((rc = gguf_writer_add_tensor(w, e->name, type, e->n_dims ? e->n_dims : 1, s->ne,
                                          err)) != 0)
             goto done;
@@ -209,7 +230,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
             break;
         }
         gguf_hasher_reset(h);
-        if (s->quant_cut_ok) {
+        if (bytes_ok(p, e, s)) {
             rc = write_bytes(&c, p, e, s);
         } else {
             size_t need = (size_t)(s->ne[0] * s->ne[1] * s->ne[2] * s->ne[3]);
