@@ -33,7 +33,8 @@ def run(arch, *args):
 
 # 1. no false alarms
 for arch in ARCHS:
-    cases = [["--tp", str(tp)] for tp in (1, 2, 4, 8)]
+    cases = [["--tp", str(tp)] for tp in (1, 2, 4, 8)]      # f64 by default with --tp
+    cases += [["--tp", "4", "--precision", "f32"]]          # and in f32, f32 tolerances
     if arch in MOE:
         cases += [["--tp", str(tp), "--ep", str(tp)] for tp in (2, 4, 8)]
         cases += [["--tp", "8", "--ep", "2", "--engine", "sglang"],

@@ -48,7 +48,8 @@ static const cli_opt options[] = {
     {OPT_LOGITS, "logits", 1, "OUT.npy", "write float32 [n_tokens, n_vocab] logits of every position"},
     {OPT_RECORD, "record", 1, "OUT.gguf", "write every capture point as an activation record"},
     {OPT_ZSTD, "zstd", 0, NULL, "zstd-compress the --record file"},
-    {OPT_PRECISION, "precision", 1, "f32|f64", "f32 compute with f64 sums (default), or all f64"},
+    {OPT_PRECISION, "precision", 1, "f32|f64", "f32 compute with f64 sums (default; f64 with --tp), "
+     "or all f64"},
     {OPT_MLA, "mla", 1, "plain|absorbed", "MLA attention: kv_b expanded per head (default) or absorbed"},
     {OPT_DENSE_INDEXER, "dense-indexer", 0, NULL, "glm-dsa: attend to every key (ignore the indexer)"},
     {OPT_TOPK, "indexer-top-k", 1, "K", "glm-dsa: override the indexer's top-k"},
@@ -92,6 +93,7 @@ typedef struct run_opts {
     const char *logits_path, *record_path;
     gguf_fwd_opts fo;
     int tp, ep;
+    bool precision_set;
     gguf_engine engine;
     const char *inject, *compare, *tol, *html;
 } run_opts;
@@ -494,6 +496,7 @@ int refwd_run_main(int argc, char **argv)
         case OPT_RECORD: o.record_path = arg; break;
         case OPT_DENSE_INDEXER: o.fo.dense_indexer = true; break;
         case OPT_PRECISION:
+            o.precision_set = true;
             if (strcmp(arg, "f32") == 0)
                 o.fo.precision = GGUF_FWD_F32;
             else if (strcmp(arg, "f64") == 0)
@@ -605,6 +608,10 @@ int refwd_run_main(int argc, char **argv)
         }
 
     if (o.tp) {
+        /* A plan check compares slicing, not rounding: both sides in f64 by
+         * default, so that no near-tie in routing can flip between them. */
+        if (!o.precision_set)
+            o.fo.precision = GGUF_FWD_F64;
         ret = run_tp(&o, set, m);
         goto done;
     }
