@@ -173,6 +173,8 @@ typedef struct gen_model_opts {
     bool tied;         /* no output.weight */
     int yarn;          /* rope.scaling.* keys (YaRN); -1: the arch's default */
     bool no_vocab;     /* no tokenizer.* keys */
+    bool softmax;      /* deepseek2: DeepSeek-V2 routing (softmax, no exp_probs_b, no norm) */
+    bool qk_norm;      /* glm4moe: attn_q_norm / attn_k_norm (GLM-4.5 355B has them) */
 } gen_model_opts;
 
 /* Architectures gen_model_build knows, NULL-terminated. */

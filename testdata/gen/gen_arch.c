@@ -74,7 +74,7 @@ int gen_model_defaults(gen_model_opts *m)
     if (m->yarn < 0)
         m->yarn = a == A_DEEPSEEK2;
     if (!m->expert_scale)
-        m->expert_scale = 2.5f;
+        m->expert_scale = m->softmax ? 1.0f : 2.5f;
     if (!m->rope_base)
         m->rope_base = (a == A_LLAMA || a == A_DEEPSEEK2) ? 10000.0f : 1000000.0f;
     if (!m->rms_eps)
@@ -418,6 +418,9 @@ static int check(const gen_model_opts *m, int a, char *msg, size_t n)
     }
     if (a == A_GLMDSA)
         NEED(m->q_lora, "glm-dsa needs --q-lora > 0 (the indexer reads the q latent)");
+    NEED(!m->softmax || a == A_DEEPSEEK2, "--gating softmax: deepseek2 only, not %s", m->arch);
+    NEED(!m->qk_norm || a == A_GLM4MOE || a == A_QWEN3 || a == A_QWEN3MOE,
+         "--qk-norm: glm4moe only (qwen3 and qwen3moe always have them)");
     NEED(m->rope_dim % 2 == 0, "the rope dimension must be even");
     return 0;
 #undef NEED
@@ -466,7 +469,7 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
     if (mla) {
         gen_kv_u32a(p, ar, "%s.expert_group_count", m->expert_groups);
         gen_kv_u32a(p, ar, "%s.expert_group_used_count", m->groups_used);
-        gen_kv_u32a(p, ar, "%s.expert_gating_func", 2); /* sigmoid */
+        gen_kv_u32a(p, ar, "%s.expert_gating_func", m->softmax ? 1 : 2); /* softmax, sigmoid */
         if (m->legacy_kv_b) {
             gen_kv_u32a(p, ar, "%s.attention.key_length", m->qk_nope + m->qk_rope);
             gen_kv_u32a(p, ar, "%s.attention.value_length", m->v_head);
@@ -500,7 +503,7 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
         gen_kv_u32a(p, ar, "%s.expert_count", m->experts);
         gen_kv_u32a(p, ar, "%s.expert_shared_count", m->shared_experts);
         gen_kv_f32a(p, ar, "%s.expert_weights_scale", m->expert_scale);
-        gen_kv_boola(p, ar, "%s.expert_weights_norm", true);
+        gen_kv_boola(p, ar, "%s.expert_weights_norm", !m->softmax);
         gen_kv_u32a(p, ar, "%s.rope.dimension_count", m->rope_dim);
         if (m->yarn)
             gen_kv_f32a(p, ar, "%s.rope.scaling.yarn_log_multiplier", 0.1f);
@@ -546,7 +549,7 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
         } else if (dense) {
             dense_ffn(p, m, b);
         } else {
-            moe_ffn(p, m, b, true, true);
+            moe_ffn(p, m, b, !m->softmax, true);
         }
         /* glm4moe's pre-FFN norm is post_attention_norm (its tensor list has no ffn_norm) */
         NORM(m->embd, a == A_GLM4MOE ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight",
@@ -556,7 +559,8 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
         if (mla)
             mla_attn(p, m, b);
         else
-            gqa_attn(p, m, b, a == A_QWEN2 || a == A_GLM4MOE, a == A_QWEN3 || a == A_QWEN3MOE);
+            gqa_attn(p, m, b, a == A_QWEN2 || a == A_GLM4MOE,
+                     a == A_QWEN3 || a == A_QWEN3MOE || m->qk_norm);
         if (mtp) {
             if (a == A_GLM4MOE)
                 MAT(m->embd, m->vocab, "blk.%u.nextn.shared_head_head.weight", b);

@@ -18,7 +18,7 @@ enum {
     O_EXPERTS_USED, O_SHARED, O_EXPERT_FF, O_DENSE, O_GROUPS, O_GROUPS_USED, O_Q_LORA, O_KV_LORA,
     O_QK_NOPE, O_QK_ROPE, O_V_HEAD, O_ROPE_DIM, O_IDX_HEADS, O_IDX_HEAD_DIM, O_IDX_TOP_K, O_NEXTN,
     O_SIZES_END,
-    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB,
+    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB, O_GATING, O_QK_NORM,
 };
 
 static const cli_opt opts[] = {
@@ -69,6 +69,9 @@ static const cli_opt opts[] = {
     {O_TIED, "tied", 0, NULL, "no output.weight (tied to token_embd)"},
     {O_ROPE_SCALING, "rope-scaling", 1, "yarn|none", "YaRN keys (default: yarn for deepseek2)"},
     {O_NO_VOCAB, "no-vocab", 0, NULL, "no tokenizer.* metadata"},
+    {O_GATING, "gating", 1, "sigmoid|softmax", "deepseek2 routing: sigmoid + exp_probs_b (V3, "
+                                               "default) or softmax (V2: no bias, no norm)"},
+    {O_QK_NORM, "qk-norm", 0, NULL, "glm4moe: attn_q_norm and attn_k_norm (GLM-4.5 355B)"},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -340,6 +343,14 @@ int main(int argc, char **argv)
                 m.tied = true;
             else if (id == O_NO_VOCAB)
                 m.no_vocab = true;
+            else if (id == O_QK_NORM)
+                m.qk_norm = true;
+            else if (id == O_GATING) {
+                if (!strcmp(a, "softmax"))
+                    m.softmax = true;
+                else if (strcmp(a, "sigmoid"))
+                    bad = true;
+            }
             else if (id == O_ROPE_SCALING) {
                 if (!strcmp(a, "yarn"))
                     m.yarn = 1;

@@ -88,6 +88,14 @@ want "plain q + legacy kv_b" "$T/ds-legacy.gguf" \
     "sorted(t['name'] for t in d['tensors'] if t['name'].startswith('blk.0.attn_q') or 'kv_b' in t['name'])" \
     "['blk.0.attn_kv_b.weight', 'blk.0.attn_q.weight', 'blk.1.attn_kv_b.weight']"
 want "legacy head_count_kv" "$T/ds-legacy.gguf" "d['metadata']['deepseek2.attention.head_count_kv']" 8
+# DeepSeek-V2 routing; GLM-4.5 355B q/k norms
+expect 0 G model --arch deepseek2 "${SMALL[@]}" --gating softmax "$T/ds-v2.gguf"
+want "--gating softmax" "$T/ds-v2.gguf" \
+    "[d['metadata'][k] for k in ('deepseek2.expert_gating_func', 'deepseek2.expert_weights_norm', 'deepseek2.expert_weights_scale')] + [any('exp_probs_b' in t['name'] for t in d['tensors'])]" \
+    "[1, False, 1, False]"
+expect 0 G model --arch glm4moe "${SMALL[@]}" --qk-norm "$T/glm-qk.gguf"
+want "--qk-norm" "$T/glm-qk.gguf" "sorted(t['shape'][0] for t in d['tensors'] if t['name'].startswith('blk.0.attn_') and t['name'].endswith('_norm.weight'))" \
+    "[32, 32, 256]"
 
 # ---- every valid type as --type; norms stay F32 ----
 for t in $("$GEN" types); do
@@ -205,6 +213,10 @@ expect 2 G model --arch llama --split-max-size 12Q "$T/x.gguf"
 expect 2 G model --arch llama --split-max-tensors 0 "$T/x.gguf"
 expect 2 G model --arch llama "$T/x.gguf" "$T/y.gguf"
 expect 2 G model --arch llama --rope-scaling linear "$T/x.gguf"
+expect 2 G model --arch glm-dsa --gating softmax "$T/x.gguf"
+contains "$T/err" "deepseek2 only"
+expect 2 G model --arch deepseek2 --gating max "$T/x.gguf"
+expect 2 G model --arch llama --qk-norm "$T/x.gguf"
 [ -e "$T/x.gguf" ] && fail "a failed run left an output" || pass
 expect 2 G model --arch llama "${SMALL[@]}" "$T/seed1.gguf"
 contains "$T/err" "exists"
