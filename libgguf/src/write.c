@@ -58,6 +58,8 @@ struct gguf_writer {
 
 static int bytes_put(bytes *b, const void *p, uint64_t n)
 {
+    if (n == 0)
+        return GGUF_OK; /* p may be NULL then; memcpy must not see it */
     if (b->cap - b->n < n) {
         uint64_t cap = b->cap ? b->cap : 4096;
         while (cap - b->n < n)

@@ -29,8 +29,8 @@ int main(int argc, char **argv)
 C
 model=$GGUFKIT_SRC/tests/fuzz/corpus/parser/ok--small-llama.gguf
 
-# pkg-config, static
-if cc -std=c11 -Wall -Werror "$T/consumer.c" -o "$T/c_pc" \
+# pkg-config (the shared library is found at run time through the rpath)
+if cc -std=c11 -Wall -Werror "$T/consumer.c" -o "$T/c_pc" -Wl,-rpath,"$prefix/lib" \
       $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs --static gguf) \
       2>"$T/err"; then pass; else fail "pkg-config build: $(cat "$T/err")"; fi
 expect 0 "$T/c_pc" "$model"
