@@ -51,6 +51,7 @@ typedef enum gen_init {
     GEN_INIT_NORM,       /* 1 + uniform in [-scale, scale] (RMS-norm gains) */
     GEN_INIT_BIAS,       /* uniform in [-scale, scale], small */
     GEN_INIT_ZERO,       /* all zero */
+    GEN_INIT_ROPE_FREQS, /* llama 3 rope_freqs: p[0] base, p[1] factor, p[2] original context */
 } gen_init;
 
 typedef struct gen_tensor {
@@ -61,6 +62,7 @@ typedef struct gen_tensor {
     uint8_t init;  /* gen_init */
     bool weight;   /* a matrix that --type applies to (else kept F32) */
     float scale;
+    float p[3];    /* parameters of computed inits */
 } gen_tensor;
 
 /* A metadata pair, owning its storage. */
@@ -175,6 +177,7 @@ typedef struct gen_model_opts {
     bool no_vocab;     /* no tokenizer.* keys */
     bool softmax;      /* deepseek2: DeepSeek-V2 routing (softmax, no exp_probs_b, no norm) */
     bool qk_norm;      /* glm4moe: attn_q_norm / attn_k_norm (GLM-4.5 355B has them) */
+    float rope_freqs;  /* llama: > 0 writes Llama-3 rope_freqs.weight with this factor */
 } gen_model_opts;
 
 /* Architectures gen_model_build knows, NULL-terminated. */

@@ -418,6 +418,8 @@ static int check(const gen_model_opts *m, int a, char *msg, size_t n)
     }
     if (a == A_GLMDSA)
         NEED(m->q_lora, "glm-dsa needs --q-lora > 0 (the indexer reads the q latent)");
+    NEED(m->rope_freqs == 0 || (a == A_LLAMA && m->rope_freqs >= 1),
+         "--rope-freqs: llama only, with a factor >= 1 (Llama 3.1: 8, 3.2: 32)");
     NEED(!m->softmax || a == A_DEEPSEEK2, "--gating softmax: deepseek2 only, not %s", m->arch);
     NEED(!m->qk_norm || a == A_GLM4MOE || a == A_QWEN3 || a == A_QWEN3MOE,
          "--qk-norm: glm4moe only (qwen3 and qwen3moe always have them)");
@@ -530,6 +532,15 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
         gen_vocab_add(p, m->vocab);
 
     /* ---- tensors ---- */
+    if (m->rope_freqs > 0) {
+        /* the converter's extra tensors come first */
+        gen_tensor *t = T1(GEN_INIT_ROPE_FREQS, false, m->rope_dim / 2, "rope_freqs.weight");
+        if (t) {
+            t->p[0] = m->rope_base;
+            t->p[1] = m->rope_freqs;
+            t->p[2] = 8192.0f;
+        }
+    }
     if (!m->tied)
         MAT(m->embd, m->vocab, "output.weight");
     MAT(m->embd, m->vocab, "token_embd.weight");

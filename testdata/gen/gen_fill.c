@@ -267,10 +267,37 @@ static double value_of(const gen_tensor *t, gen_rng *r)
     }
 }
 
+/*
+ * Llama 3 RoPE frequency divisors, in float32 steps as the converter computes
+ * them (LlamaModel.generate_extra_tensors, low/high frequency factors 1 and 4):
+ * 1 for short wavelengths, `factor` for long ones, a smooth blend between.
+ */
+static float llama3_rope_factor(const gen_tensor *t, int64_t i)
+{
+    float base = t->p[0], factor = t->p[1], old_ctx = t->p[2];
+    float dim = (float)(t->ne[0] * 2);
+    float freq = 1.0f / powf(base, (float)(2 * i) / dim);
+    float wavelen = 2.0f * 3.14159265358979323846f / freq;
+    float low_wavelen = old_ctx / 1.0f, high_wavelen = old_ctx / 4.0f;
+    if (wavelen < high_wavelen)
+        return 1.0f;
+    if (wavelen > low_wavelen)
+        return factor;
+    float smooth = (old_ctx / wavelen - 1.0f) / (4.0f - 1.0f);
+    return 1.0f / ((1.0f - smooth) / factor + smooth);
+}
+
 void gen_fill_rows(const gen_tensor *t, gen_rng *r, uint8_t *out, int64_t n_rows)
 {
     const gguf_type_info *ti = gguf_type_get(t->type);
     int64_t n = t->ne[0] * n_rows;
+    if (t->init == GEN_INIT_ROPE_FREQS && t->type == GGUF_TYPE_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = llama3_rope_factor(t, i % t->ne[0]);
+            memcpy(out + i * 4, &v, 4);
+        }
+        return;
+    }
     if (t->init == GEN_INIT_ZERO) {
         uint64_t bytes = 0;
         gguf_type_row_bytes(t->type, t->ne[0], &bytes);

@@ -18,7 +18,7 @@ enum {
     O_EXPERTS_USED, O_SHARED, O_EXPERT_FF, O_DENSE, O_GROUPS, O_GROUPS_USED, O_Q_LORA, O_KV_LORA,
     O_QK_NOPE, O_QK_ROPE, O_V_HEAD, O_ROPE_DIM, O_IDX_HEADS, O_IDX_HEAD_DIM, O_IDX_TOP_K, O_NEXTN,
     O_SIZES_END,
-    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB, O_GATING, O_QK_NORM,
+    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB, O_GATING, O_QK_NORM, O_ROPE_FREQS,
 };
 
 static const cli_opt opts[] = {
@@ -72,6 +72,7 @@ static const cli_opt opts[] = {
     {O_GATING, "gating", 1, "sigmoid|softmax", "deepseek2 routing: sigmoid + exp_probs_b (V3, "
                                                "default) or softmax (V2: no bias, no norm)"},
     {O_QK_NORM, "qk-norm", 0, NULL, "glm4moe: attn_q_norm and attn_k_norm (GLM-4.5 355B)"},
+    {O_ROPE_FREQS, "rope-freqs", 1, "F", "llama: Llama-3 rope_freqs.weight with factor F (3.1: 8)"},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -335,6 +336,8 @@ int main(int argc, char **argv)
                 bad = parse_f32(a, &m.rope_base) != 0;
             else if (id == O_RMS_EPS)
                 bad = parse_f32(a, &m.rms_eps) != 0;
+            else if (id == O_ROPE_FREQS)
+                bad = parse_f32(a, &m.rope_freqs) != 0;
             else if (id == O_EXPERT_SCALE)
                 bad = parse_f32(a, &m.expert_scale) != 0;
             else if (id == O_LEGACY_KVB)

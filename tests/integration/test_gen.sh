@@ -88,6 +88,9 @@ want "plain q + legacy kv_b" "$T/ds-legacy.gguf" \
     "sorted(t['name'] for t in d['tensors'] if t['name'].startswith('blk.0.attn_q') or 'kv_b' in t['name'])" \
     "['blk.0.attn_kv_b.weight', 'blk.0.attn_q.weight', 'blk.1.attn_kv_b.weight']"
 want "legacy head_count_kv" "$T/ds-legacy.gguf" "d['metadata']['deepseek2.attention.head_count_kv']" 8
+# Llama 3 rope_freqs (values checked against numpy in test_gen_gguf_py.py)
+expect 0 G model --arch llama "${SMALL[@]}" --rope-freqs 8 "$T/rf.gguf"
+want "--rope-freqs" "$T/rf.gguf" "[d['tensors'][0][k] for k in ('name', 'type', 'shape')]" "['rope_freqs.weight', 'F32', [16]]"
 # DeepSeek-V2 routing; GLM-4.5 355B q/k norms
 expect 0 G model --arch deepseek2 "${SMALL[@]}" --gating softmax "$T/ds-v2.gguf"
 want "--gating softmax" "$T/ds-v2.gguf" \
@@ -217,6 +220,9 @@ expect 2 G model --arch glm-dsa --gating softmax "$T/x.gguf"
 contains "$T/err" "deepseek2 only"
 expect 2 G model --arch deepseek2 --gating max "$T/x.gguf"
 expect 2 G model --arch llama --qk-norm "$T/x.gguf"
+expect 2 G model --arch qwen2 --rope-freqs 8 "$T/x.gguf"
+contains "$T/err" "llama only"
+expect 2 G model --arch llama --rope-freqs 0.5 "$T/x.gguf"
 [ -e "$T/x.gguf" ] && fail "a failed run left an output" || pass
 expect 2 G model --arch llama "${SMALL[@]}" "$T/seed1.gguf"
 contains "$T/err" "exists"

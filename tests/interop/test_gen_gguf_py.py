@@ -113,6 +113,28 @@ def test_every_type(tmp_path, type_name):
     check_values(r, type_name)
 
 
+def test_rope_freqs(tmp_path):
+    """--rope-freqs F: Llama 3's rope_freqs.weight, first tensor, as the converter computes it."""
+    r = gguf.GGUFReader(gen(tmp_path, "m.gguf", "model", "--arch", "llama", "--head-dim", "64",
+                            "--heads", "4", "--kv-heads", "2", "--rope-freqs", "8"))
+    t = r.tensors[0]
+    assert (t.name, t.tensor_type.name, [int(x) for x in t.shape]) == ("rope_freqs.weight", "F32", [32])
+    f32 = np.float32
+    freqs = f32(1) / (f32(10000) ** (np.arange(0, 64, 2, dtype=f32) / f32(64)))
+    want = []
+    for f in freqs:
+        w = f32(2 * np.pi) / f
+        if w < f32(8192 / 4):
+            want.append(1.0)
+        elif w > f32(8192):
+            want.append(8.0)
+        else:
+            sm = (f32(8192) / w - f32(1)) / f32(3)
+            want.append(f32(1) / ((f32(1) - sm) / f32(8) + sm))
+    np.testing.assert_allclose(np.array(t.data), np.array(want, dtype=f32), rtol=1e-6)
+    assert np.array(t.data)[0] == 1 and np.array(t.data)[-1] == 8
+
+
 def test_split_keys(tmp_path):
     gen(tmp_path, "s.gguf", "model", "--arch", "deepseek2", *SMALL, "--split-max-tensors", "9")
     parts = sorted(p for p in os.listdir(tmp_path) if p.startswith("s-"))
