@@ -86,6 +86,31 @@ EOF
     done
 fi
 
+# ---- statistics equal numpy's over gguf-py's dequantization ----
+if [ "$have_py" = 1 ]; then
+    # token_embd: 2M elements, so the statistics are split over threads too
+    "$GEN" model -q --no-sync --arch llama --layers 1 --vocab 4096 --embd 512 --type Q5_K \
+        "$T/big.gguf" || fail "gguf-gen big"
+    expect 0 "$V" --json --threads 3 --tensor 'blk\.0\.ffn_down|token_embd' "$T/big.gguf"
+    cp "$T/out" "$T/stats3.json"
+    expect 0 "$V" --json --threads 1 --chunk 5000 --tensor 'blk\.0\.ffn_down|token_embd' "$T/big.gguf"
+    python3 - "$T/big.gguf" "$T/out" "$T/stats3.json" <<'EOF' || fail "statistics differ from numpy"
+import json, sys, numpy as np, gguf
+from gguf import quants
+r = gguf.GGUFReader(sys.argv[1])
+d = json.load(open(sys.argv[2]))
+assert len(d["tensors"]) == 2
+d3 = json.load(open(sys.argv[3]))
+for rep in d["tensors"] + d3["tensors"]:
+    t = next(t for t in r.tensors if t.name == rep["name"])
+    a = quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+    for k, v in (("min", a.min()), ("max", a.max()), ("mean", a.mean()), ("std", a.std()),
+                 ("absmax", np.abs(a).max())):
+        assert abs(rep[k] - v) <= 1e-9 * max(1.0, abs(v)), (rep["name"], k, rep[k], v)
+EOF
+    pass
+fi
+
 # ---- non-finite values: exit 1, unless --allow-nonfinite ----
 if [ "$have_py" = 1 ]; then
     python3 - "$T/nan.gguf" <<'EOF' || fail "writing the NaN fixture"

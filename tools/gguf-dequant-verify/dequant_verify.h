@@ -37,7 +37,9 @@ typedef struct dv_stats {
 } dv_stats;
 
 void dv_stats_init(dv_stats *s);
-void dv_stats_add(dv_stats *s, const float *x, uint64_t n);
+/* Add n values, split over `threads` threads for large n (merged in a fixed
+ * order, so the result does not depend on timing). */
+void dv_stats_add(dv_stats *s, const float *x, uint64_t n, int threads);
 /* Scan the scale fields of n_blocks blocks of a type. */
 void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_blocks);
 double dv_stats_mean(const dv_stats *s);

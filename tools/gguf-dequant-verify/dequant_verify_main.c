@@ -389,7 +389,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
         rc = gguf_dequant_rows(t->type, src, row_bytes, dst, ne0, nr, &dopt, err);
         if (rc != 0)
             break;
-        dv_stats_add(&s, dst, (uint64_t)(nr * ne0));
+        dv_stats_add(&s, dst, (uint64_t)(nr * ne0), gguf_dequant_pool_size(rs->pool));
         if (ti->quantized)
             dv_scan_scales(&s, t->type, src, (uint64_t)nr * (uint64_t)(ne0 / ti->block_size));
         if (have_ref)

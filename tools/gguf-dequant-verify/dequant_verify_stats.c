@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,40 +20,127 @@ void dv_stats_init(dv_stats *s)
     s->max = -INFINITY;
 }
 
-void dv_stats_add(dv_stats *s, const float *x, uint64_t n)
+/* One pass over finite values with four independent accumulators (so the
+ * additions do not wait on each other); a non-finite value is the rare path. */
+static void stats_range(dv_stats *s, const float *x, uint64_t n)
 {
-    /* per-chunk partial sums keep the double accumulators accurate */
-    double sum = 0, sum_sq = 0, mn = s->min, mx = s->max, amax = s->absmax;
-    uint64_t fin = 0, nan = 0, inf = 0;
-    for (uint64_t i = 0; i < n; i++) {
+    double sum[4] = {0}, sq[4] = {0};
+    double mn = s->min, mx = s->max, amax = s->absmax;
+    uint64_t nan = 0, inf = 0;
+    uint64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t u[4];
+        memcpy(u, x + i, sizeof u);
+        if (((u[0] | u[1] | u[2] | u[3]) & 0x7F800000u) == 0x7F800000u ||
+            (u[0] & 0x7F800000u) == 0x7F800000u || (u[1] & 0x7F800000u) == 0x7F800000u ||
+            (u[2] & 0x7F800000u) == 0x7F800000u || (u[3] & 0x7F800000u) == 0x7F800000u) {
+            for (int k = 0; k < 4; k++) {
+                const float v = x[i + k];
+                if (isnan(v)) {
+                    nan++;
+                } else if (isinf(v)) {
+                    inf++;
+                } else {
+                    const double d = v;
+                    sum[k] += d;
+                    sq[k] += d * d;
+                    mn = d < mn ? d : mn;
+                    mx = d > mx ? d : mx;
+                    amax = fabs(d) > amax ? fabs(d) : amax;
+                }
+            }
+            continue;
+        }
+        for (int k = 0; k < 4; k++) {
+            const double d = x[i + k];
+            sum[k] += d;
+            sq[k] += d * d;
+            mn = d < mn ? d : mn;
+            mx = d > mx ? d : mx;
+        }
+    }
+    for (; i < n; i++) {
         const float v = x[i];
         if (isnan(v)) {
             nan++;
-            continue;
-        }
-        if (isinf(v)) {
+        } else if (isinf(v)) {
             inf++;
-            continue;
+        } else {
+            const double d = v;
+            sum[0] += d;
+            sq[0] += d * d;
+            mn = d < mn ? d : mn;
+            mx = d > mx ? d : mx;
         }
-        const double d = v;
-        fin++;
-        sum += d;
-        sum_sq += d * d;
-        if (d < mn)
-            mn = d;
-        if (d > mx)
-            mx = d;
-        if (fabs(d) > amax)
-            amax = fabs(d);
     }
-    s->sum += sum;
-    s->sum_sq += sum_sq;
+    if (-mn > amax)
+        amax = -mn;
+    if (mx > amax)
+        amax = mx;
+    s->sum += (sum[0] + sum[1]) + (sum[2] + sum[3]);
+    s->sum_sq += (sq[0] + sq[1]) + (sq[2] + sq[3]);
     s->min = mn;
     s->max = mx;
     s->absmax = amax;
-    s->n_finite += fin;
+    s->n_finite += n - nan - inf;
     s->n_nan += nan;
     s->n_inf += inf;
+}
+
+typedef struct stats_part {
+    dv_stats s;
+    const float *x;
+    uint64_t n;
+} stats_part;
+
+static void *stats_thread(void *p)
+{
+    stats_part *sp = p;
+    stats_range(&sp->s, sp->x, sp->n);
+    return NULL;
+}
+
+void dv_stats_add(dv_stats *s, const float *x, uint64_t n, int threads)
+{
+    if (threads > 64)
+        threads = 64;
+    if (threads <= 1 || n < (1u << 20)) {
+        stats_range(s, x, n);
+        return;
+    }
+    stats_part parts[64];
+    pthread_t th[64];
+    int started[64] = {0};
+    for (int t = 0; t < threads; t++) {
+        dv_stats_init(&parts[t].s);
+        const uint64_t lo = n * (uint64_t)t / (uint64_t)threads;
+        const uint64_t hi = n * (uint64_t)(t + 1) / (uint64_t)threads;
+        parts[t].x = x + lo;
+        parts[t].n = hi - lo;
+        if (t > 0)
+            started[t] = pthread_create(&th[t], NULL, stats_thread, &parts[t]) == 0;
+    }
+    stats_range(&parts[0].s, parts[0].x, parts[0].n);
+    for (int t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            stats_range(&parts[t].s, parts[t].x, parts[t].n);
+    }
+    /* merge in a fixed order: the result does not depend on timing */
+    for (int t = 0; t < threads; t++) {
+        const dv_stats *p = &parts[t].s;
+        s->sum += p->sum;
+        s->sum_sq += p->sum_sq;
+        if (p->n_finite) {
+            s->min = p->min < s->min ? p->min : s->min;
+            s->max = p->max > s->max ? p->max : s->max;
+            s->absmax = p->absmax > s->absmax ? p->absmax : s->absmax;
+        }
+        s->n_finite += p->n_finite;
+        s->n_nan += p->n_nan;
+        s->n_inf += p->n_inf;
+    }
 }
 
 double dv_stats_mean(const dv_stats *s)
