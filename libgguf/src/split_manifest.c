@@ -68,6 +68,35 @@ static void render(FILE *out, const gguf_set *in, const gguf_split_plan *p,
     fputs("\n  ]\n}\n", out);
 }
 
+int gguf_split_check_manifest(const char *path, const gguf_set *in, const gguf_split_plan *p,
+                              bool overwrite, gguf_error *err)
+{
+    gguf_error_clear(err);
+    if (!path || !in || !p)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_check_manifest: bad args");
+    for (uint32_t k = 0; k < p->n_parts; k++)
+        if (strcmp(path, p->parts[k].path) == 0)
+            return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                             "%s: the manifest would be written over an output", path);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        for (uint32_t i = 0; i < gguf_set_part_count(in); i++) {
+            struct stat ist;
+            const gguf_file *f = gguf_set_part(in, i);
+            if (fstat(gguf_file_fd(f), &ist) == 0 && ist.st_dev == st.st_dev &&
+                ist.st_ino == st.st_ino)
+                return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                                 "%s: the manifest is the input part %u (%s); refusing to write "
+                                 "over an input",
+                                 path, i + 1, gguf_file_path(f));
+        }
+    }
+    if (!overwrite && lstat(path, &st) == 0)
+        return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
+                         "%s: the manifest exists (use --force to replace it)", path);
+    return GGUF_OK;
+}
+
 int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_split_plan *p,
                               const gguf_split_report *r, bool overwrite, gguf_error *err)
 {
@@ -75,10 +104,9 @@ int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_s
     if (!path || !in || !p || !r || !r->have_digests)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                          "gguf_split_manifest_write: no digests were computed");
-    struct stat st;
-    if (!overwrite && lstat(path, &st) == 0)
-        return gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
-                         "%s: the manifest exists (use --force to replace it)", path);
+    int crc = gguf_split_check_manifest(path, in, p, overwrite, err);
+    if (crc)
+        return crc;
     char *text = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);

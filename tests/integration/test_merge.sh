@@ -118,6 +118,11 @@ expect 0 "$M" --split --split-max-tensors 10 "$d/m.gguf" "$d/s"
 expect 0 "$M" --merge --manifest "$d/man.json" "$d/s-00001-of-00004.gguf" "$d/out.gguf"
 expect 2 "$M" --merge --manifest "$d/man.json" "$d/s-00001-of-00004.gguf" "$d/out2.gguf"
 contains "$T/err" "man.json: the manifest exists"
+[ -e "$d/out2.gguf" ] && fail "an existing manifest was found only after the merge" || pass
+expect 2 "$M" --merge --force --manifest "$d/s-00002-of-00004.gguf" "$d/s-00001-of-00004.gguf" "$d/out2.gguf"
+contains "$T/err" "the manifest is the input part 2"
+expect 2 "$M" --merge --force --manifest "$d/out2.gguf" "$d/s-00001-of-00004.gguf" "$d/out2.gguf"
+contains "$T/err" "the manifest would be written over an output"
 if [ -x "$I" ]; then
     expect 0 "$I" --hash "$d/out.gguf"
     cp "$T/out" "$d/inspect.txt"

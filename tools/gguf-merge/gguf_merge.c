@@ -273,6 +273,8 @@ int main(int argc, char **argv)
         rc = gguf_merge_plan(&plan, set, output, &err);
     else
         rc = gguf_split_plan_make(&plan, set, output, &lim, &err);
+    if (!rc && manifest)
+        rc = gguf_split_check_manifest(manifest, set, plan, jo.overwrite, &err);
     if (rc)
         goto done;
     if (dry_run) {

@@ -199,10 +199,20 @@ void gguf_split_report_free(gguf_split_report *r);
  *     "outputs": [{"path","size","xxh3_128"}], "model_xxh3_128",
  *     "tensors": [{"name","type","shape":[ne...],"nbytes","output","xxh3_128"}] }
  * Digests are 32 hex digits as gguf_digest_hex prints them.
- * @return 0; GGUF_E_INVALID (no digests); GGUF_E_EXISTS; GGUF_E_IO; GGUF_E_NOMEM.
+ * @return 0; GGUF_E_INVALID (no digests); GGUF_E_EXISTS (exists and !overwrite, or
+ *         it is an input or an output); GGUF_E_IO; GGUF_E_NOMEM.
  */
 int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_split_plan *p,
                               const gguf_split_report *r, bool overwrite, gguf_error *err);
+
+/*
+ * Check a manifest path before any work: not one of the inputs (device and
+ * inode) nor of the plan's outputs, and not existing unless overwrite.
+ * gguf_split_manifest_write checks the same.
+ * @return 0; GGUF_E_EXISTS; GGUF_E_INVALID.
+ */
+int gguf_split_check_manifest(const char *path, const gguf_set *in, const gguf_split_plan *p,
+                              bool overwrite, gguf_error *err);
 
 #ifdef __cplusplus
 }
