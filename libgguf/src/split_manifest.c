@@ -125,7 +125,7 @@ int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_s
         goto done;
     }
     snprintf(tmp, tlen, "%s.%d.tmp", path, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
         rc = gguf_fail_errno(err, errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, errno,
                              "%s: cannot create the manifest", tmp);
