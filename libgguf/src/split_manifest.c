@@ -120,12 +120,14 @@ int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_s
     size_t tlen = strlen(path) + 16;
     char *tmp = malloc(tlen);
     int rc = GGUF_OK, fd = -1;
+    bool created = false;
     if (!tmp) {
         rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
         goto done;
     }
     snprintf(tmp, tlen, "%s.%d.tmp", path, (int)getpid());
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    created = fd >= 0;
     if (fd < 0) {
         rc = gguf_fail_errno(err, errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, errno,
                              "%s: cannot create the manifest", tmp);
@@ -156,8 +158,8 @@ int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_s
 done:
     if (fd >= 0)
         close(fd);
-    if (rc && tmp)
-        unlink(tmp);
+    if (rc && created)
+        unlink(tmp); /* only a file this call created */
     free(tmp);
     free(text);
     return rc;
