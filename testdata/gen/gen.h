@@ -175,6 +175,7 @@ typedef struct gen_model_opts {
     bool tied;         /* no output.weight */
     int yarn;          /* rope.scaling.* keys (YaRN); -1: the arch's default */
     bool no_vocab;     /* no tokenizer.* keys */
+    bool gpt2;         /* GPT-2 BPE vocabulary (with merges) instead of SentencePiece style */
     bool softmax;      /* deepseek2: DeepSeek-V2 routing (softmax, no exp_probs_b, no norm) */
     bool qk_norm;      /* glm4moe: attn_q_norm / attn_k_norm (GLM-4.5 355B has them) */
     float rope_freqs;  /* llama: > 0 writes Llama-3 rope_freqs.weight with this factor */
@@ -191,13 +192,16 @@ int gen_model_preset(gen_model_opts *m, const char *preset);
 int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_size);
 /* The tokenizer.* keys: a SentencePiece-style vocabulary of n tokens. */
 void gen_vocab_add(gen_plan *p, uint32_t n);
+/* The tokenizer.* keys of a GPT-2 byte-level BPE vocabulary of n tokens (with
+ * merges). @return 0, or -1 when n < 258 (256 bytes, a merge, end of text). */
+int gen_vocab_gpt2_add(gen_plan *p, uint32_t n);
 /* general.size_label from the plan's tensors, as gguf-py computes it. */
 void gen_size_label(gen_plan *p);
 /* general.file_type for a weight type. */
 uint32_t gen_file_type(uint32_t weight_type);
 
 /* Replica of a tensor map (../shared/testdata/tensor-maps). */
-int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_override,
+int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_override, bool gpt2,
                       char *msg, size_t msg_size);
 
 #endif

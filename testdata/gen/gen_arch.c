@@ -401,6 +401,8 @@ static int check(const gen_model_opts *m, int a, char *msg, size_t n)
     NEED(m->layers >= 1 && m->layers <= 4096, "--layers must be 1..4096");
     NEED(m->embd && m->heads && m->ff && m->head_dim, "sizes must be positive");
     NEED(m->vocab >= 8, "--vocab must be at least 8");
+    NEED(!m->gpt2 || m->vocab >= 258, "--tokenizer gpt2 needs --vocab >= 258 (256 bytes, a "
+                                      "merge, end of text)");
     if (!mla)
         NEED(m->kv_heads && m->heads % m->kv_heads == 0,
              "--heads (%u) must be a multiple of --kv-heads (%u)", m->heads, m->kv_heads);
@@ -528,7 +530,9 @@ int gen_model_build(gen_plan *p, const gen_model_opts *m, char *msg, size_t msg_
         gen_kv_u32a(p, ar, "%s.attention.indexer.top_k", m->indexer_top_k);
     }
     gen_kv_u32(p, "general.quantization_version", 2);
-    if (!m->no_vocab)
+    if (!m->no_vocab && m->gpt2)
+        gen_vocab_gpt2_add(p, m->vocab);
+    else if (!m->no_vocab)
         gen_vocab_add(p, m->vocab);
 
     /* ---- tensors ---- */

@@ -18,7 +18,7 @@ enum {
     O_EXPERTS_USED, O_SHARED, O_EXPERT_FF, O_DENSE, O_GROUPS, O_GROUPS_USED, O_Q_LORA, O_KV_LORA,
     O_QK_NOPE, O_QK_ROPE, O_V_HEAD, O_ROPE_DIM, O_IDX_HEADS, O_IDX_HEAD_DIM, O_IDX_TOP_K, O_NEXTN,
     O_SIZES_END,
-    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB, O_GATING, O_QK_NORM, O_ROPE_FREQS,
+    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB, O_GATING, O_QK_NORM, O_ROPE_FREQS, O_TOKENIZER,
 };
 
 static const cli_opt opts[] = {
@@ -69,6 +69,8 @@ static const cli_opt opts[] = {
     {O_TIED, "tied", 0, NULL, "no output.weight (tied to token_embd)"},
     {O_ROPE_SCALING, "rope-scaling", 1, "yarn|none", "YaRN keys (default: yarn for deepseek2)"},
     {O_NO_VOCAB, "no-vocab", 0, NULL, "no tokenizer.* metadata"},
+    {O_TOKENIZER, "tokenizer", 1, "spm|gpt2", "vocabulary: SentencePiece style (default) or GPT-2 "
+                                              "byte-level BPE with merges"},
     {O_GATING, "gating", 1, "sigmoid|softmax", "deepseek2 routing: sigmoid + exp_probs_b (V3, "
                                                "default) or softmax (V2: no bias, no norm)"},
     {O_QK_NORM, "qk-norm", 0, NULL, "glm4moe: attn_q_norm and attn_k_norm (GLM-4.5 355B)"},
@@ -297,6 +299,14 @@ int main(int argc, char **argv)
         case O_NO_SYNC:
             wo.no_sync = true;
             break;
+        case O_TOKENIZER: /* model and replica */
+            if (!strcmp(arg, "gpt2") || !strcmp(arg, "spm")) {
+                m.gpt2 = !strcmp(arg, "gpt2");
+            } else {
+                rc = usage_error("--tokenizer: '%s' is neither spm nor gpt2", arg);
+                goto done;
+            }
+            break;
         default:
             if (!model) {
                 rc = usage_error("%s: a model option; replica takes its sizes from the map",
@@ -380,7 +390,7 @@ int main(int argc, char **argv)
             rc = usage_error("%s", "replica wants a map and an output: gguf-gen replica MAP OUT.gguf");
             goto done;
         }
-        if (gen_replica_build(&plan, pos[0], m.arch, msg, sizeof msg)) {
+        if (gen_replica_build(&plan, pos[0], m.arch, m.gpt2, msg, sizeof msg)) {
             fprintf(stderr, "%s: error: %s\n", GEN_TOOL, msg);
             rc = CLI_EXIT_USAGE;
             goto done;

@@ -121,8 +121,8 @@ static const gen_tensor *find_any(const gen_plan *p, const char *suffix, uint32_
     return NULL;
 }
 
-int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_override, char *msg,
-                      size_t msg_size)
+int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_override, bool gpt2,
+                      char *msg, size_t msg_size)
 {
     FILE *f = fopen(map_path, "r");
     if (!f) {
@@ -312,7 +312,10 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
         gen_kv_u32a(p, ar, "%s.attention.indexer.top_k", k->indexer_top_k);
     }
     gen_kv_u32(p, "general.quantization_version", 2);
-    gen_vocab_add(p, vocab);
+    if (gpt2 && vocab >= 258)
+        gen_vocab_gpt2_add(p, vocab);
+    else
+        gen_vocab_add(p, vocab);
 
     /* Move the tensors over. */
     p->t = tp.t, p->n_t = tp.n_t, p->cap_t = tp.cap_t;

@@ -88,6 +88,11 @@ want "plain q + legacy kv_b" "$T/ds-legacy.gguf" \
     "sorted(t['name'] for t in d['tensors'] if t['name'].startswith('blk.0.attn_q') or 'kv_b' in t['name'])" \
     "['blk.0.attn_kv_b.weight', 'blk.0.attn_q.weight', 'blk.1.attn_kv_b.weight']"
 want "legacy head_count_kv" "$T/ds-legacy.gguf" "d['metadata']['deepseek2.attention.head_count_kv']" 8
+# GPT-2 BPE vocabulary (contents checked in test_gen_gguf_py.py)
+expect 0 G model --arch llama "${SMALL[@]}" --tokenizer gpt2 "$T/bpe.gguf"
+want "--tokenizer gpt2" "$T/bpe.gguf" \
+    "[d['metadata']['tokenizer.ggml.model'], len(d['metadata']['tokenizer.ggml.tokens']), len(d['metadata']['tokenizer.ggml.merges']), d['metadata']['tokenizer.ggml.tokens'][-1], 'tokenizer.ggml.scores' in d['metadata']]" \
+    "['gpt2', 300, 43, '<|endoftext|>', False]"
 # Llama 3 rope_freqs (values checked against numpy in test_gen_gguf_py.py)
 expect 0 G model --arch llama "${SMALL[@]}" --rope-freqs 8 "$T/rf.gguf"
 want "--rope-freqs" "$T/rf.gguf" "[d['tensors'][0][k] for k in ('name', 'type', 'shape')]" "['rope_freqs.weight', 'F32', [16]]"
@@ -184,6 +189,10 @@ for l in open('$map'):
     want "DeepSeek-V3 replica metadata" "$T/r-DeepSeek-V3.1-Terminus-BF16.gguf" \
         "[d['metadata'][k] for k in ('general.architecture', 'deepseek2.block_count', 'deepseek2.attention.head_count', 'deepseek2.attention.q_lora_rank', 'deepseek2.expert_count', 'deepseek2.expert_shared_count', 'deepseek2.leading_dense_block_count', 'deepseek2.expert_group_count', 'deepseek2.rope.scaling.factor', 'deepseek2.vocab_size')]" \
         "['deepseek2', 61, 128, 1536, 256, 1, 3, 8, 40, 129280]" --metadata-only
+    expect 0 G replica --tokenizer gpt2 "$SHARED/tensor-maps/Kimi-K2-Thinking-BF16.map" "$T/kimi-bpe.gguf"
+    want "replica --tokenizer gpt2" "$T/kimi-bpe.gguf" \
+        "[d['metadata']['tokenizer.ggml.model'], len(d['metadata']['tokenizer.ggml.tokens']), len(d['metadata']['tokenizer.ggml.merges'])]" \
+        "['gpt2', 163840, 163583]" --metadata-only
     expect 0 G replica "$SHARED/tensor-maps/DeepSeek-V3.1-Terminus-BF16.map" --split-max-size 100G "$T/dsv3.gguf"
     check "replica split by size" "$(ls "$T" | grep -c '^dsv3-000..-of-00013.gguf$')" 13
 else
@@ -220,6 +229,10 @@ expect 2 G model --arch glm-dsa --gating softmax "$T/x.gguf"
 contains "$T/err" "deepseek2 only"
 expect 2 G model --arch deepseek2 --gating max "$T/x.gguf"
 expect 2 G model --arch llama --qk-norm "$T/x.gguf"
+expect 2 G model --arch llama --tokenizer gpt2 --vocab 257 "$T/x.gguf"
+contains "$T/err" "needs --vocab >= 258"
+expect 2 G model --arch llama --tokenizer wordpiece "$T/x.gguf"
+contains "$T/err" "neither spm nor gpt2"
 expect 2 G model --arch qwen2 --rope-freqs 8 "$T/x.gguf"
 contains "$T/err" "llama only"
 expect 2 G model --arch llama --rope-freqs 0.5 "$T/x.gguf"

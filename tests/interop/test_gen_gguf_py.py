@@ -1,8 +1,8 @@
 """gguf-gen output read by gguf-py (the format's reference implementation).
 
 1. Same sizes as the HF models in ../shared/testdata/hf give the converter's exact
-   tensor list (names, order, shapes, types) and metadata (keys, value types, values),
-   tokenizer and name aside (ours is a SentencePiece-style vocabulary, theirs GPT-2 BPE).
+   tensor list (names, order, shapes, types) and metadata (keys in order, value types,
+   values; with --tokenizer gpt2 the same tokenizer keys, other tokens of course).
 2. Every architecture and every tensor type loads; dequantized weights are finite
    and small (|x| <= 0.07), norms near 1.
 3. Split parts carry split.no / split.count (uint16) and split.tensors.count (int32).
@@ -24,13 +24,13 @@ SMALL = ["--embd", "256", "--ff", "256", "--heads", "8", "--kv-heads", "4", "--h
 HF = {
     "llama": ["--arch", "llama", "--embd", "128", "--layers", "2", "--heads", "4",
               "--kv-heads", "2", "--head-dim", "32", "--ff", "256", "--vocab", "1024",
-              "--rms-eps", "1e-5", "--type", "F32"],
+              "--rms-eps", "1e-5", "--type", "F32", "--tokenizer", "gpt2"],
     "deepseek_v3": ["--arch", "deepseek2", "--embd", "128", "--layers", "2", "--heads", "4",
                     "--q-lora", "256", "--kv-lora", "256", "--qk-nope", "64", "--qk-rope", "32",
                     "--v-head", "64", "--ff", "256", "--experts", "8", "--experts-used", "2",
                     "--expert-groups", "2", "--groups-used", "1", "--expert-ff", "64",
                     "--dense-layers", "1", "--shared-experts", "1", "--vocab", "1024",
-                    "--rms-eps", "1e-6", "--type", "F32"],
+                    "--rms-eps", "1e-6", "--type", "F32", "--tokenizer", "gpt2"],
 }
 
 
@@ -59,14 +59,17 @@ def test_same_as_converter(tmp_path, model):
     ours = gguf.GGUFReader(gen(tmp_path, "m.gguf", "model", *HF[model]))
     ref = gguf.GGUFReader(ref_path)
     assert tensor_list(ours) == tensor_list(ref)
-    skip = ("tokenizer.", "general.name")
-    keys = [k for k in ref.fields if not k.startswith(skip)]
-    assert [k for k in ours.fields if not k.startswith(skip)] == keys
+    # Same keys in the same order (their tokenizer also names a padding token), same value
+    # types; same values except the name and the vocabulary itself.
+    keys = [k for k in ref.fields if k != "tokenizer.ggml.padding_token_id"]
+    assert list(ours.fields) == keys
     for k in keys:
-        if k.startswith("GGUF."):
-            continue
         assert ours.fields[k].types == ref.fields[k].types, k
+        if k.startswith("GGUF.") or k == "general.name" or (
+                k.startswith("tokenizer.") and k not in ("tokenizer.ggml.model", "tokenizer.ggml.pre")):
+            continue
         assert value(ours.fields[k]) == value(ref.fields[k]), k
+    assert len(ours.fields["tokenizer.ggml.tokens"].data) == len(ref.fields["tokenizer.ggml.tokens"].data)
 
 
 def check_values(reader, type_name):
@@ -133,6 +136,37 @@ def test_rope_freqs(tmp_path):
             want.append(f32(1) / ((f32(1) - sm) / f32(8) + sm))
     np.testing.assert_allclose(np.array(t.data), np.array(want, dtype=f32), rtol=1e-6)
     assert np.array(t.data)[0] == 1 and np.array(t.data)[-1] == 8
+
+
+def test_gpt2_vocab(tmp_path):
+    """--tokenizer gpt2: 256 byte tokens in GPT-2's order, merges whose parts and results
+    are all tokens, <|endoftext|> last (control, BOS and EOS), no duplicates."""
+    r = gguf.GGUFReader(gen(tmp_path, "m.gguf", "model", "--arch", "llama", "--vocab", "1000",
+                            "--tokenizer", "gpt2"))
+    f = r.fields
+    toks = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode() for i in f["tokenizer.ggml.tokens"].data]
+    merges = [bytes(f["tokenizer.ggml.merges"].parts[i]).decode() for i in f["tokenizer.ggml.merges"].data]
+    assert len(toks) == 1000 and len(set(toks)) == 1000
+    # GPT-2's bytes_to_unicode, in its order
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    assert toks[:256] == [chr(c) for c in cs]
+    ts = set(toks)
+    assert len(merges) == 1000 - 257
+    for m in merges:
+        a, b = m.split(" ")
+        assert a in ts and b in ts and a + b in ts
+    assert toks[-1] == "<|endoftext|>"
+    assert list(f["tokenizer.ggml.token_type"].contents())[-1] == 3
+    assert value(f["tokenizer.ggml.bos_token_id"]) == value(f["tokenizer.ggml.eos_token_id"]) == 999
+    assert "\u0120the" in ts  # "Ġthe": merges build words
 
 
 def test_split_keys(tmp_path):
