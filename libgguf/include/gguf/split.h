@@ -31,8 +31,9 @@
  * Part names: PREFIX-00001-of-0000N.gguf.
  *
  * On any failure (bad input, disk full, I/O error, cancel) every temporary file
- * is removed, outputs already renamed by this call are removed again, and the
- * inputs are never touched.
+ * is removed, outputs already renamed by this call are removed again (a file
+ * they replaced under overwrite is not restored), and the inputs are never
+ * touched.
  */
 #ifndef GGUF_SPLIT_H
 #define GGUF_SPLIT_H
