@@ -11,9 +11,14 @@
  *     result to float (f32 compute) while reductions (dot products, norms,
  *     softmax sums) accumulate in double; GGUF_FWD_F64 never rounds;
  *   - weights stream layer by layer from the file's mmap: a tensor is
- *     dequantized to float right before the op that uses it and freed after,
- *     so at most one layer's weights are resident; an MoE layer dequantizes
- *     only the experts some token routes to;
+ *     dequantized to float right before the matmul that uses it, in chunks
+ *     of at most 32 MiB of floats, and freed after, so one chunk (plus small
+ *     norms, and MLA's attn_k_b/attn_v_b) is resident at a time, far less
+ *     than a layer; an MoE layer dequantizes only the experts some token
+ *     routes to; with opts.drop_pages the mapped pages are dropped too;
+ *   - matmuls sum in a fixed order (four partial sums by index mod 4), so
+ *     results do not depend on threads, on how tokens are batched, or on the
+ *     SIMD path;
  *   - MLA attention is computed the plain way (kv_b expanded per head from
  *     attn_k_b / attn_v_b, or a legacy attn_kv_b) or the absorbed way (queries
  *     absorbed into the latent space, MQA over the compressed cache); the two
@@ -59,10 +64,11 @@ extern "C" {
 
 typedef struct gguf_fwd_capture {
     const char *name;   /* "blk.3.attn_out", "logits" */
-    int layer;          /* block index, -1 for result_norm and logits */
+    int layer;          /* block index, -1 for output_norm and logits */
     const char *op;     /* "attn_out" (name without "blk.N.") */
-    int rank;           /* -1 for the whole model; a rank under virtual TP */
-    const float *data;  /* ne[1] rows of ne[0] floats, borrowed for the call */
+    int rank;           /* -1 for the single-rank run; 0..tp-1 under virtual TP */
+    const float *data;  /* ne[1] rows of ne[0] floats (f64 runs: rounded to
+                           float), borrowed for the call */
     int64_t ne[2];      /* ne[0] = width, ne[1] = tokens of this eval */
     int64_t pos0;       /* position of the first row */
 } gguf_fwd_capture;
