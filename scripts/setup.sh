@@ -29,5 +29,12 @@ fi
 if [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH=/usr/local/cuda/bin:$PATH
 fi
-cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build "$build" -j"$(nproc)"
+mkdir -p "$build"
+log=$build/build.log
+echo "setup: building into $build (log: $log)" >&2
+if ! { cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" &&
+       cmake --build "$build" -j"$(nproc)"; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "setup: the build failed (full log: $log)" >&2
+    exit 1
+fi
