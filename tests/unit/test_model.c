@@ -398,6 +398,74 @@ START_TEST(unknown_tensor_kept)
 }
 END_TEST
 
+START_TEST(allow_missing_and_parts)
+{
+    gguf_set *s;
+    gguf_model *m;
+    gguf_error err;
+    const char **ts = tensors_with(hr_ds2_tensors, "blk.0.attn_q_b.", NULL);
+    snprintf(path, sizeof path, "%s/miss.gguf", dir);
+    ck_assert_int_eq(hr_write_model(path, hr_ds2_kvs, ts), 0);
+    ck_assert_int_eq(gguf_set_open(&s, path, NULL, &err), 0);
+    ck_assert_int_eq(gguf_model_open(&m, s, &err), GGUF_E_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "missing 1 tensor(s) the deepseek2 architecture "
+                                              "requires: blk.0.attn_q_b.weight"));
+    ck_assert_int_eq(gguf_model_open_flags(&m, s, GGUF_MODEL_ALLOW_MISSING, &err), 0);
+    ck_assert_ptr_null(gguf_model_get(m, 0, GGUF_ROLE_ATTN_Q_B));
+    ck_assert_int_eq(gguf_model_role_expected(m, 0, GGUF_ROLE_ATTN_Q_B), 1);
+    ck_assert_ptr_eq(gguf_model_meta(m), gguf_set_meta(s));
+    ck_assert_str_eq(gguf_model_name(m), path);
+    /* the same model over the meta file and a hand-made tensor list */
+    const gguf_tensor *list[64];
+    int64_t n = gguf_set_tensor_count(s);
+    for (int64_t i = 0; i < n; i++)
+        list[i] = gguf_set_tensor_at(s, i);
+    gguf_model *m2;
+    ck_assert_int_eq(gguf_model_open_parts(&m2, gguf_set_meta(s), list, n, "parts", &err),
+                     GGUF_E_NOT_FOUND);
+    ck_assert_int_eq(gguf_model_open_parts_flags(&m2, gguf_set_meta(s), list, n, "parts",
+                                                 GGUF_MODEL_ALLOW_MISSING, &err),
+                     0);
+    ck_assert_str_eq(gguf_model_name(m2), "parts");
+    ck_assert_int_eq(gguf_model_tensor_count(m2), n);
+    ck_assert_ptr_null(gguf_model_tensor_at(m2, n));
+    ck_assert_ptr_null(gguf_model_tensor_find(m2, "nope"));
+    gguf_model_free(m2);
+    /* duplicate names in a caller's list */
+    list[n] = list[0];
+    ck_assert_int_eq(gguf_model_open_parts(&m2, gguf_set_meta(s), list, n + 1, "dup", &err),
+                     GGUF_E_DUPLICATE);
+    ck_assert_int_eq(gguf_model_open_parts(&m2, NULL, list, n, "x", &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_model_open(&m2, NULL, &err), GGUF_E_INVALID);
+    gguf_model_free(m);
+    gguf_model_free(NULL);
+    gguf_set_close(s);
+}
+END_TEST
+
+START_TEST(every_role_named)
+{
+    for (int r = 1; r < GGUF_ROLE_COUNT; r++) {
+        const char *nm = gguf_role_name((gguf_role)r);
+        ck_assert_str_ne(nm, "unknown");
+        /* a name built from the role parses back to it */
+        char buf[160];
+        if (gguf_role_is_global((gguf_role)r))
+            snprintf(buf, sizeof buf, "%s.%s", nm, gguf_role_suffix((gguf_role)r));
+        else
+            snprintf(buf, sizeof buf, "blk.7.%s.%s", nm, gguf_role_suffix((gguf_role)r));
+        gguf_role back;
+        int64_t il;
+        ck_assert_int_eq(gguf_role_parse(GGUF_ARCH_DEEPSEEK2, buf, &back, &il), 0);
+        ck_assert_int_eq(back, r);
+        ck_assert_int_eq(il, gguf_role_is_global((gguf_role)r) ? -1 : 7);
+    }
+    ck_assert_str_eq(gguf_role_name(GGUF_ROLE_COUNT), "unknown");
+    ck_assert_str_eq(gguf_role_suffix(GGUF_ROLE_FFN_EXP_PROBS_B), "bias");
+    ck_assert_str_eq(gguf_arch_name(GGUF_ARCH_COUNT), "unknown");
+}
+END_TEST
+
 /* ---- real files from ../shared/testdata ---- */
 
 static const char *shared(const char *rel)
@@ -516,6 +584,8 @@ static Suite *suite(void)
     tcase_add_test(tc, err_block_beyond_count);
     tcase_add_test(tc, err_array_per_layer);
     tcase_add_test(tc, unknown_tensor_kept);
+    tcase_add_test(tc, allow_missing_and_parts);
+    tcase_add_test(tc, every_role_named);
     tcase_add_test(tc, real_deepseek_v3);
     tcase_add_test(tc, real_llama_and_stories);
     suite_add_tcase(s, tc);

@@ -89,7 +89,11 @@ typedef struct gguf_shard_piece {
     int64_t dst;
 } gguf_shard_piece;
 
-/* What rank r holds of one entry. */
+/*
+ * What rank r holds of one entry. A slice can hold more than the rank needs
+ * (kv-b-whole gives every rank all heads of kv_b): a backend then uses it from
+ * the start, as the engine's loader did (its parameter views the first rows).
+ */
 typedef struct gguf_shard_slice {
     int32_t n_pieces;
     const gguf_shard_piece *pieces;
