@@ -286,6 +286,64 @@ START_TEST(tp_one_rank_equals_reference)
 }
 END_TEST
 
+/* Id of a token string in a vocabulary file, or -1. */
+static int32_t find_token(const gguf_file *f, const char *text)
+{
+    const gguf_value *toks;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &toks, NULL))
+        return -1;
+    for (uint64_t i = 0; i < toks->v.arr.n; i++)
+        if (gguf_str_eq(toks->v.arr.strs[i], text))
+            return (int32_t)i;
+    return -1;
+}
+
+START_TEST(token_text)
+{
+    const char *shared = getenv("GGUFKIT_SHARED");
+    char path[512];
+    gguf_file *f;
+    gguf_error err;
+    char buf[64];
+    if (!shared)
+        return; /* the vocabularies live in ../shared/testdata */
+    /* SentencePiece: U+2581 is a space, <0x0A> a byte, control tokens nothing */
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", shared);
+    if (access(path, R_OK) == 0) {
+        ck_assert_int_eq(gguf_file_open(&f, path, NULL, &err), 0);
+        int32_t id = find_token(f, "\xe2\x96\x81the");
+        ck_assert_int_ge(id, 0);
+        ck_assert_int_eq(gguf_fwd_token_text(f, id, buf, sizeof buf), 4);
+        ck_assert_str_eq(buf, " the");
+        id = find_token(f, "<0x0A>");
+        ck_assert_int_eq(gguf_fwd_token_text(f, id, buf, sizeof buf), 1);
+        ck_assert_str_eq(buf, "\n");
+        ck_assert_int_eq(gguf_fwd_token_text(f, gguf_fwd_token_bos(f), buf, sizeof buf), 0);
+        ck_assert_int_eq(gguf_fwd_token_text(f, -1, buf, sizeof buf), GGUF_E_INVALID);
+        ck_assert_int_eq(gguf_fwd_token_text(f, 1 << 30, buf, sizeof buf), GGUF_E_INVALID);
+        /* truncation keeps the NUL */
+        id = find_token(f, "\xe2\x96\x81the");
+        ck_assert_int_eq(gguf_fwd_token_text(f, id, buf, 3), 2);
+        ck_assert_str_eq(buf, " t");
+        gguf_file_close(f);
+    }
+    /* GPT-2 byte-level: U+0120 is a space byte */
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-gpt-2.gguf", shared);
+    if (access(path, R_OK) == 0) {
+        ck_assert_int_eq(gguf_file_open(&f, path, NULL, &err), 0);
+        int32_t id = find_token(f, "\xc4\xa0the");
+        ck_assert_int_ge(id, 0);
+        ck_assert_int_eq(gguf_fwd_token_text(f, id, buf, sizeof buf), 4);
+        ck_assert_str_eq(buf, " the");
+        id = find_token(f, "\xc4\x8a"); /* U+010A: the newline byte */
+        ck_assert_int_ge(id, 0);
+        gguf_fwd_token_text(f, id, buf, sizeof buf);
+        ck_assert_str_eq(buf, "\n");
+        gguf_file_close(f);
+    }
+}
+END_TEST
+
 START_TEST(argmax_first_on_ties)
 {
     const float row[5] = {1, 3, 3, -1, 2};
@@ -305,6 +363,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, moe_captures_and_stats);
     tcase_add_test(tc, incremental_equals_batch);
     tcase_add_test(tc, tp_one_rank_equals_reference);
+    tcase_add_test(tc, token_text);
     tcase_add_test(tc, argmax_first_on_ties);
     suite_add_tcase(s, tc);
     return s;
