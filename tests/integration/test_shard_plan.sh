@@ -127,6 +127,13 @@ for spec in "w-moe 2 none" "w-moe 4 expert-offset" "arch-llama 4 kv-heads-split"
     pass
 done
 
+# no shards for an impossible plan; I/O failures are environment errors (exit 3)
+expect 1 "$SP" "$T/arch-llama.gguf" --tp 32 --write-shards "$T/ws-bad" -q
+contains "$T/err" "the plan has"
+[ ! -e "$T/ws-bad" ] || fail "shards written for an impossible plan"
+expect 3 "$SP" "$T/arch-llama.gguf" --tp 2 --write-shards /proc/ggufkit-no-such/x -q
+contains "$T/err" "cannot create the folder"
+
 # legacy attn_kv_b (older converters) is cut by whole heads too
 "$GEN" model -q --no-sync --arch deepseek2 --legacy-kv-b "$T/legacy.gguf"
 expect 0 "$SP" "$T/legacy.gguf" --tp 2 --filter blk.0.attn_kv_b -v

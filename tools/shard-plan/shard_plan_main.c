@@ -215,6 +215,20 @@ int main(int argc, char **argv)
         goto done;
     }
     if (a.shards_dir) {
+        /* an impossible plan (heads not divisible, tensors missing...) has no shards to write;
+         * injected faults are errors too, but their shards are the point */
+        int64_t n_err = 0;
+        for (int64_t i = 0; i < gguf_shard_plan_check_count(p); i++) {
+            const gguf_shard_check *ck = gguf_shard_plan_check_at(p, i);
+            if (ck->level == GGUF_CHECK_ERROR && strcmp(ck->code, "fault") != 0)
+                n_err++;
+        }
+        if (n_err) {
+            cli_errorf(SP_TOOL, "%s: the plan has %lld error(s) (see the checks): no shards written",
+                       a.model, (long long)n_err);
+            exit_code = CLI_EXIT_DIFF;
+            goto done;
+        }
         if ((rc = sp_write_shards(p, &a, &g_cancel, &err)) != 0) {
             cli_error(SP_TOOL, &err);
             exit_code = cli_exit_code(rc);
