@@ -40,12 +40,12 @@ def tensors(reader):
              bytes(np.asarray(t.data).tobytes())) for t in reader.tensors]
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("merge")
+@pytest.fixture(scope="module", params=[32, 64])
+def model(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(f"merge{request.param}")
     path = str(d / "m.gguf")
     # Q8_1: gguf-py's table says 40-byte blocks, ggml's (and ours) 36.
-    run(sys.executable, FIXTURE, "types", path, "--skip", "Q8_1")
+    run(sys.executable, FIXTURE, "types", path, "--skip", "Q8_1", "--align", str(request.param))
     return d, path
 
 
@@ -69,8 +69,11 @@ def test_split_parts_and_merge_read_by_gguf_py(model):
         assert f["split.count"].contents() == len(parts)
         assert f["split.tensors.count"].contents() == len(want_tensors)
         pf = {k: v for k, v in fields(r).items() if k not in SPLIT_KEYS}
+        assert r.alignment == orig.alignment
         if i == 0:
             assert pf == want_fields
+        elif orig.alignment != 32:
+            assert pf == {"general.alignment": want_fields["general.alignment"]}
         else:
             assert pf == {}
         got_tensors += tensors(r)
