@@ -135,9 +135,22 @@ contains "$T/err" "unknown fault 'no-such-fault'"
 expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 2 --inject no-allreduce@x
 expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 0
 expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 2 --engine trt
-expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 2 -n 3
 expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 2 --inject kv-b-whole
 contains "$T/err" "the model has no MLA kv_b_proj"
+# -n with --tp: what each side generates. The trained stories260K model says
+# the same on 2 ranks, and garbage with a broken fused qkv cut.
+S=${SHARED:+$SHARED/models/stories260K.gguf}
+if [ -n "$S" ] && [ -f "$S" ]; then
+    expect 0 "$R" "$S" --tp 2 -n 12
+    contains "$T/out" "reference text:  Once upon a time, there was a little girl"
+    contains "$T/out" "tp text:  Once upon a time, there was a little girl"
+    expect 1 "$R" "$S" --tp 4 -n 12 --inject qkv-stream
+    contains "$T/out" "FIRST DIVERGENCE: blk.0.attn_out (layer 0, op attn_out, rank 0)"
+    contains "$T/out" "reference text:  Once upon a time"
+    if grep -q "tp text:  Once upon a time," "$T/out"; then fail "broken plan still fluent"; else pass; fi
+fi
+expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 2 -n 3 --json
+expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 2 --logits "$T/x.npy"
 # --compare REF: a run checked against a stored record
 expect 0 "$R" "$T/qwen3.gguf" --tokens 1,2,3 --record "$T/ref.gguf" -q
 expect 0 "$R" "$T/qwen3.gguf" --tokens 1,2,3 --compare "$T/ref.gguf" -q

@@ -94,6 +94,7 @@ typedef struct run_opts {
     gguf_fwd_opts fo;
     int tp, ep;
     bool precision_set;
+    int32_t eos;
     gguf_engine engine;
     const char *inject, *compare, *tol, *html;
 } run_opts;
@@ -361,6 +362,62 @@ static int record_run(const run_opts *o, const gguf_set *set, const gguf_model *
     return rc;
 }
 
+/* Greedy continuation of the input: n_predict ids (fewer at EOS). */
+static int greedy(const run_opts *o, const gguf_model *m, const gguf_shard_plan *plan,
+                  int32_t **out, int64_t *n_out, gguf_error *err)
+{
+    const int64_t V = gguf_model_hparams(m)->n_vocab;
+    gguf_fwd_opts fo = o->fo;
+    fo.capture = NULL;
+    fo.drop_pages = true;
+    gguf_fwd_ctx *ctx = NULL;
+    float *lg = malloc((size_t)(o->n_tokens * V) * sizeof(float) + 1);
+    int32_t *gen = malloc((size_t)(o->n_predict + 1) * sizeof(int32_t));
+    *out = gen;
+    *n_out = 0;
+    if (!lg || !gen) {
+        free(lg);
+        err->code = GGUF_E_NOMEM;
+        snprintf(err->message, sizeof err->message, "out of memory for logits");
+        return GGUF_E_NOMEM;
+    }
+    int rc = plan ? gguf_fwd_tp_create(&ctx, m, plan, &fo, err) : gguf_fwd_ctx_create(&ctx, m, &fo, err);
+    if (!rc)
+        rc = gguf_fwd_eval(ctx, o->tokens, o->n_tokens, lg, err);
+    const float *last = lg + (o->n_tokens - 1) * V;
+    for (int64_t k = 0; !rc && k < o->n_predict; k++) {
+        int32_t next = (int32_t)gguf_fwd_argmax(last, V);
+        gen[(*n_out)++] = next;
+        if (k + 1 == o->n_predict || next == o->eos)
+            break;
+        rc = gguf_fwd_eval(ctx, &next, 1, lg, err);
+        last = lg;
+    }
+    gguf_fwd_ctx_free(ctx);
+    free(lg);
+    return rc;
+}
+
+/* Text of generated ids (malloc'd). */
+static char *detok(const gguf_file *meta, const int32_t *ids, int64_t n)
+{
+    size_t cap = (size_t)(n + 1) * 64 + 1, len = 0;
+    char *text = malloc(cap);
+    if (!text)
+        return NULL;
+    text[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        char piece[256];
+        int l = gguf_fwd_token_text(meta, ids[i], piece, sizeof piece);
+        if (l > 0 && len + (size_t)l < cap) {
+            memcpy(text + len, piece, (size_t)l);
+            len += (size_t)l;
+            text[len] = 0;
+        }
+    }
+    return text;
+}
+
 /* --tp: the single-rank reference (or --compare REF) against tp ranks. */
 static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
 {
@@ -435,6 +492,28 @@ static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
     ca.json = o->json;
     fflush(stdout);
     ret = refwd_compare_files(o->compare ? o->compare : ref, test, &ca, stdout);
+    if (o->n_predict > 0 && ret <= CLI_EXIT_DIFF) {
+        /* The symptom a user sees: what each side says next. */
+        fflush(stdout);
+        for (int side = 0; side < 2; side++) {
+            int32_t *gen = NULL;
+            int64_t n_gen = 0;
+            rc = greedy(o, m, side ? plan : NULL, &gen, &n_gen, &err);
+            if (rc) {
+                free(gen);
+                cli_error(spec.tool, &err);
+                ret = cli_exit_code(rc);
+                goto done;
+            }
+            char *text = detok(gguf_set_meta(set), gen, n_gen);
+            printf("%s generated:", side ? "tp" : "reference");
+            for (int64_t i = 0; i < n_gen; i++)
+                printf(" %d", gen[i]);
+            printf("\n%s text: %s\n", side ? "tp" : "reference", text ? text : "");
+            free(text);
+            free(gen);
+        }
+    }
 done:
     if (ref[0])
         tmp_cleanup(ref);
@@ -567,8 +646,9 @@ int refwd_run_main(int argc, char **argv)
         cli_errorf(spec.tool, "--%s needs --tp or --compare", o.tol ? "tol" : "html");
         goto done;
     }
-    if (o.tp && (o.n_predict || o.logits_path)) {
-        cli_errorf(spec.tool, "--tp checks the input tokens: -n and --logits do not apply");
+    if (o.tp && (o.logits_path || (o.n_predict && o.json))) {
+        cli_errorf(spec.tool, "--tp checks the input tokens: --logits (and -n with --json) do "
+                              "not apply");
         goto done;
     }
 
@@ -607,6 +687,7 @@ int refwd_run_main(int argc, char **argv)
             goto done;
         }
 
+    o.eos = eos;
     if (o.tp) {
         /* A plan check compares slicing, not rounding: both sides in f64 by
          * default, so that no near-tie in routing can flip between them. */
