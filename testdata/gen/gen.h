@@ -151,7 +151,9 @@ typedef struct gen_write_opts {
 
 /*
  * Write the plan to out_path, or to a split set PREFIX-0000i-of-0000N.gguf
- * when a split option is set (out_path minus ".gguf" is the prefix).
+ * when a split option is set (out_path minus ".gguf" is the prefix; like
+ * gguf-split, a set of one part when everything fits). *n_parts: the parts
+ * written, 0 for a plain file.
  * @return 0 or a negative gguf_status with err filled.
  */
 int gen_plan_write(const gen_plan *p, const char *out_path, const gen_write_opts *o,

@@ -158,7 +158,7 @@ static void print_summary(const char *out, uint32_t n_parts)
     char *name = malloc(strlen(out) + 64);
     if (!name)
         return;
-    if (n_parts > 1) {
+    if (n_parts > 0) {
         size_t n = strlen(out);
         char *prefix = strdup(out);
         if (!prefix) {

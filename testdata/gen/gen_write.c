@@ -105,8 +105,8 @@ static int write_data(gguf_writer *w, const gen_tensor *t, const gen_write_opts 
     return rc;
 }
 
-static int write_part(const gen_plan *p, const char *path, uint32_t part, uint32_t n_parts,
-                      uint32_t t0, uint32_t t1, const gen_write_opts *o, int hfd, uint8_t *buf,
+static int write_part(const gen_plan *p, const char *path, bool split, uint32_t part,
+                      uint32_t n_parts, uint32_t t0, uint32_t t1, const gen_write_opts *o, int hfd, uint8_t *buf,
                       cli_progress *prog, uint64_t *done, gguf_error *err)
 {
     gguf_writer_opts wo = {0};
@@ -120,7 +120,7 @@ static int write_part(const gen_plan *p, const char *path, uint32_t part, uint32
     if (part == 0)
         for (uint32_t i = 0; i < p->n_kv && !rc; i++)
             rc = gguf_writer_add_kv(w, p->kv[i].key, &p->kv[i].v, err);
-    if (n_parts > 1 && !rc) {
+    if (split && !rc) {
         gguf_value v = {.type = GGUF_VALUE_UINT16};
         v.v.u16 = (uint16_t)part;
         rc = gguf_writer_add_kv(w, GGUF_KEY_SPLIT_NO, &v, err);
@@ -185,19 +185,19 @@ int gen_plan_write(const gen_plan *p, const char *out_path, const gen_write_opts
     cli_progress_start(&prog, "writing", o->sparse ? 0 : total);
     uint64_t done_bytes = 0;
     for (uint32_t i = 0; i < n_parts && !rc; i++) {
-        if (n_parts > 1)
+        if (split)
             gguf_split_part_name(name, plen + 64, prefix, i + 1, n_parts);
         else
             snprintf(name, plen + 64, "%s", out_path);
-        rc = write_part(p, name, i, n_parts, starts[i], starts[i + 1], o, hfd, buf, &prog,
+        rc = write_part(p, name, split, i, n_parts, starts[i], starts[i + 1], o, hfd, buf, &prog,
                         &done_bytes, err);
         if (!rc)
             written++;
     }
     cli_progress_end(&prog);
     if (n_parts_out)
-        *n_parts_out = n_parts;
-    if (rc && n_parts > 1) /* no half set left behind */
+        *n_parts_out = split ? n_parts : 0; /* 0: one plain file */
+    if (rc && split) /* no half set left behind */
         for (uint32_t i = 0; i < written; i++) {
             gguf_split_part_name(name, plen + 64, prefix, i + 1, n_parts);
             unlink(name);

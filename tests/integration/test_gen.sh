@@ -156,6 +156,9 @@ want "split: metadata in part 1, only the split keys elsewhere" "$last" \
 "$INSPECT" --json --hash "$last" | python3 -c "import json,sys; print([(t['name'], t['xxh3_128']) for t in json.load(sys.stdin)['tensors']])" >"$T/h1"
 "$INSPECT" --json --hash "$T/one.gguf" | python3 -c "import json,sys; print([(t['name'], t['xxh3_128']) for t in json.load(sys.stdin)['tensors']])" >"$T/h2"
 if cmp -s "$T/h1" "$T/h2"; then pass; else fail "split set tensors differ from the single file"; fi
+expect 0 G model --arch llama "${SMALL[@]}" --split-max-tensors 1000 "$T/single.gguf"
+want "a split set of one part when all fits (as gguf-split)" "$T/single-00001-of-00001.gguf" \
+    "[d['metadata'][k] for k in ('split.no', 'split.count', 'split.tensors.count')]" "[0, 1, 21]"
 expect 0 G model --arch llama "${SMALL[@]}" --split-max-size 200K "$T/ss.gguf"
 want "--split-max-size: parts of at most 200K of data" "$(ls "$T"/ss-00001-of-*.gguf)" \
     "[len(d['files']) > 2, all(f['size'] - f['data_offset'] <= 200 * 1024 for f in d['files'])]" "[True, True]"
