@@ -38,6 +38,20 @@
 
 #define GC_DEV static __device__ __forceinline__
 
+/* Units per thread per loop trip (see k_dequant) and build-time tuning knobs
+ * used for the measurements in docs/benchmarks.md: GC_STORE_CS streaming
+ * (evict-first) stores, GC_MIN_BLOCKS the resident blocks per SM asked of
+ * the register allocator. */
+#ifndef GC_UNROLL
+#define GC_UNROLL 2
+#endif
+#ifndef GC_STORE_CS
+#define GC_STORE_CS 0
+#endif
+#ifndef GC_MIN_BLOCKS
+#define GC_MIN_BLOCKS 5
+#endif
+
 namespace gc {
 
 /* ---- x86 float semantics ------------------------------------------------ */
@@ -933,8 +947,13 @@ GC_DEV void store8(void *dst, uint64_t u, const float *v, bool vec, bool full, b
             w[2 * lane + 1] = make_float4(v[4], v[5], v[6], v[7]);
             __syncwarp();
             float4 *base = (float4 *)((float *)dst + 8 * (u - (uint64_t)lane));
+#if GC_STORE_CS
+            __stcs(base + lane, w[lane]);
+            __stcs(base + 32 + lane, w[32 + lane]);
+#else
             base[lane] = w[lane];
             base[32 + lane] = w[32 + lane];
+#endif
             __syncwarp();
         } else if (vec) {
             ((float4 *)y)[0] = make_float4(v[0], v[1], v[2], v[3]);
@@ -967,7 +986,11 @@ GC_DEV void store8(void *dst, uint64_t u, const float *v, bool vec, bool full, b
         }
         uint16_t *y = (uint16_t *)dst + 8 * u;
         if (vec) {
+#if GC_STORE_CS
+            __stcs((uint4 *)y, make_uint4(w[0], w[1], w[2], w[3]));
+#else
             *(uint4 *)y = make_uint4(w[0], w[1], w[2], w[3]);
+#endif
         } else {
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -992,13 +1015,13 @@ template <int T> GC_DEV ctx make_ctx()
     return c;
 }
 
-/* Units per thread per loop trip. One unit per trip left the loop bound by
- * memory latency (each trip waits for its loads before it can store); four
- * independent units let the loads of all four be in flight together. */
-#define GC_UNROLL 4
+/* GC_UNROLL units per thread per loop trip, decoded before any is stored so
+ * their loads are in flight together; GC_MIN_BLOCKS 5 caps registers at 51
+ * so 40 warps fit on an SM. Measured on H200 against 4 units / 64 registers
+ * and 1 unit / 6 blocks: docs/benchmarks.md. */
 
 template <int T, int A>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, GC_MIN_BLOCKS)
     k_dequant(const uint8_t *__restrict__ src, void *__restrict__ dst, uint64_t n_units, int vec,
               uint32_t out_type)
 {
