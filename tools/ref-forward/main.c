@@ -1,19 +1,12 @@
 /* ref-forward: dispatch to a subcommand; without one, `run`. */
-#include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
 #include "ref_forward.h"
 
 int main(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "compare") == 0) {
-        if (!refwd_compare_main) {
-            cli_errorf(REF_FORWARD_TOOL, "the compare subcommand is not built in");
-            return CLI_EXIT_USAGE;
-        }
+    if (argc >= 2 && strcmp(argv[1], "compare") == 0)
         return refwd_compare_main(argc - 1, argv + 1);
-    }
     if (argc >= 2 && strcmp(argv[1], "run") == 0)
         return refwd_run_main(argc - 1, argv + 1);
     return refwd_run_main(argc, argv);

@@ -1,6 +1,6 @@
 /* ref-forward: the pieces of the tool and how main() dispatches to them.
  *   ref-forward [run] MODEL.gguf [OPTIONS]   run.c (the forward pass)
- *   ref-forward compare A.gguf B.gguf        compare.c (records; its own owner)
+ *   ref-forward compare A.gguf B.gguf        compare.c (records; see compare.h)
  * A subcommand file exports one `int NAME_main(int argc, char **argv)`
  * taking argv[0] = the subcommand name. */
 #ifndef REF_FORWARD_H
@@ -9,9 +9,6 @@
 #define REF_FORWARD_TOOL "ref-forward"
 
 int refwd_run_main(int argc, char **argv);
-
-/* Defined by compare.c when it is built in; weak so the run path links
- * without it. */
-int refwd_compare_main(int argc, char **argv) __attribute__((weak));
+int refwd_compare_main(int argc, char **argv);
 
 #endif
