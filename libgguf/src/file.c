@@ -590,7 +590,8 @@ int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = gguf_fail(err, GGUF_E_IO, GGUF_NO_OFFSET, "%s: not a regular file", path);
+        rc = gguf_fail(err, GGUF_E_NOT_GGUF, GGUF_NO_OFFSET, "%s: not a regular file (%s)",
+                       path, S_ISDIR(st.st_mode) ? "a directory" : "a device, pipe or socket");
         goto fail;
     }
     f->size = (uint64_t)st.st_size;

@@ -121,8 +121,8 @@ typedef struct gguf_open_opts {
 
 /*
  * Open and validate one file. opts may be NULL.
- * @return 0; GGUF_E_IO (cannot open/stat/mmap, or not a regular file),
- *         GGUF_E_NOT_GGUF (empty, Git LFS pointer, HTML page, safetensors),
+ * @return 0; GGUF_E_NOT_FOUND (no such file), GGUF_E_IO (cannot open/stat/mmap),
+ *         GGUF_E_NOT_GGUF (a directory or device, empty, Git LFS pointer, HTML page, safetensors),
  *         GGUF_E_BAD_MAGIC, GGUF_E_BAD_VERSION (v1, big-endian), GGUF_E_TRUNCATED,
  *         GGUF_E_OVERFLOW, GGUF_E_LIMIT, GGUF_E_BAD_TYPE, GGUF_E_BAD_SHAPE,
  *         GGUF_E_BAD_ALIGNMENT, GGUF_E_BAD_OFFSET, GGUF_E_DUPLICATE,
@@ -184,9 +184,10 @@ bool gguf_str_eq(gguf_str s, const char *cstr);
  * Open a logical model from any part. A file named PREFIX-NNNNN-of-MMMMM.gguf
  * opens all MMMMM parts; any other file opens alone (and must not claim
  * split.count > 1). Checks: every part present and valid, split.no == part
- * index (0-based), split.count == MMMMM on every part, equal versions and
- * alignments, the tensor total equal to split.tensors.count, no tensor name
- * twice in the set.
+ * index (0-based), split.count == MMMMM on every part, equal versions, the
+ * tensor total equal to split.tensors.count, no tensor name twice in the set.
+ * Alignments may differ between parts (llama.cpp writes general.alignment
+ * into part 1 only); each part is checked against its own.
  * @return 0, the codes of gguf_file_open for the failing part, GGUF_E_SPLIT.
  */
 int gguf_set_open(gguf_set **out, const char *path, const gguf_open_opts *opts, gguf_error *err);
