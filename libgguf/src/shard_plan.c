@@ -201,7 +201,7 @@ void shard_totals(gguf_shard_plan *p)
     for (int r = 0; r < p->tp; r++) {
         uint64_t b = 0;
         for (int64_t i = 0; i < p->n; i++)
-            if (!p->e[i].is_virtual)
+            if (!p->e[i].is_virtual && p->e[i].consumed)
                 b += p->sl[i][r].bytes;
         p->rank_bytes[r] = b;
     }

@@ -131,6 +131,22 @@ void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a)
     uint64_t mx = gguf_shard_plan_max_rank_bytes(p, &big);
     char hb[32];
     fprintf(out, "  largest: rank %d, %s\n", big, cli_human_bytes(mx, hb, sizeof hb));
+    if (hp->n_nextn > 0) {
+        /* engines load the NextN blocks only for speculative decoding */
+        uint64_t best = 0;
+        for (int r = 0; r < tp; r++) {
+            uint64_t b = 0;
+            for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
+                const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
+                if (!e->is_virtual && e->consumed && e->layer < hp->n_layer_main)
+                    b += e->ranks[r].bytes;
+            }
+            if (b > best)
+                best = b;
+        }
+        fprintf(out, "  largest without the NextN blocks (no speculative decoding): %s\n",
+                cli_human_bytes(best, hb, sizeof hb));
+    }
 }
 
 /* ---------------- JSON ---------------- */

@@ -203,7 +203,8 @@ const gguf_shard_check *gguf_shard_plan_check_at(const gguf_shard_plan *p, int64
 /* Number of checks at `level` or above. */
 int64_t gguf_shard_plan_check_worst(const gguf_shard_plan *p, gguf_check_level level);
 
-/* Bytes of stored tensors rank r holds (virtual entries not counted). */
+/* Bytes of stored tensors rank r holds (virtual and unconsumed entries not counted;
+ * NextN blocks counted). */
 uint64_t gguf_shard_plan_rank_bytes(const gguf_shard_plan *p, int r);
 /* The largest rank: its bytes, and its index into *rank (may be NULL). */
 uint64_t gguf_shard_plan_max_rank_bytes(const gguf_shard_plan *p, int *rank);
