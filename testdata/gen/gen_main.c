@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "gen.h"
@@ -409,6 +410,14 @@ int main(int argc, char **argv)
     wo.cancel = &cancel_flag;
 
     const char *out = pos[n_pos - 1];
+    struct stat in_st, out_st;
+    if (replica && stat(pos[0], &in_st) == 0 && stat(out, &out_st) == 0 &&
+        in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino) {
+        fprintf(stderr, "%s: error: %s: the output is the input map; not replacing it\n", GEN_TOOL,
+                out);
+        rc = CLI_EXIT_USAGE;
+        goto done;
+    }
     gguf_error err;
     gguf_error_clear(&err);
     uint32_t n_parts = 0;
