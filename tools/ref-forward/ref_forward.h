@@ -1,6 +1,6 @@
 /* ref-forward: the pieces of the tool and how main() dispatches to them.
- *   ref-forward [run] MODEL.gguf [OPTIONS]   run.c (the forward pass)
- *   ref-forward compare A.gguf B.gguf        compare.c (records; see compare.h)
+ *   ref-forward [run] MODEL.gguf [OPTIONS]   refwd_run.c (the forward pass)
+ *   ref-forward compare A.gguf B.gguf        refwd_compare.c (records; see refwd_compare.h)
  * A subcommand file exports one `int NAME_main(int argc, char **argv)`
  * taking argv[0] = the subcommand name. */
 #ifndef REF_FORWARD_H

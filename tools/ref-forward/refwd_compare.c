@@ -1,5 +1,5 @@
 /* ref-forward compare: two activation records, capture point by capture point. */
-#include "compare.h"
+#include "refwd_compare.h"
 
 #include <getopt.h>
 #include <math.h>

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compare.h"
+#include "refwd_compare.h"
 #include "gguf/record.h"
 
 /* Rank colours (no red: red means "over tolerance"). */

@@ -15,7 +15,7 @@
 #include "gguf/model.h"
 #include "gguf/record.h"
 #include "gguf/shard.h"
-#include "compare.h"
+#include "refwd_compare.h"
 #include "ref_forward.h"
 
 enum {
