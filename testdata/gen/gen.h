@@ -33,10 +33,41 @@ typedef struct gen_rng {
 
 uint64_t gen_splitmix64(uint64_t *state);
 void gen_rng_seed(gen_rng *r, uint64_t seed, const char *name);
-uint64_t gen_rng_next(gen_rng *r);
-/* Uniform in [lo, hi): 2^24 evenly spaced values, computed exactly the same
- * way on every machine (see gen_rng.c). */
-float gen_rng_range(gen_rng *r, float lo, float hi);
+
+/* Inline: the fill loops call these once per value. */
+static inline uint64_t gen_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static inline uint64_t gen_rng_next(gen_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = gen_rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = gen_rotl(s[3], 45);
+    return result;
+}
+
+/*
+ * Uniform in [lo, hi): lo + (hi - lo) * u rounded to float after each
+ * operation, u = k / 2^24 with a 24-bit k. Both steps go through double, where
+ * they are exact (the product has at most 49 significant bits, the sum at most
+ * 47 for the ranges used here), then through one explicit rounding to float
+ * each: exactly IEEE float multiply-then-add, and no fused multiply-add can
+ * form across the conversions (AArch64, -ffp-contract=fast). The stream is the
+ * same on every machine.
+ */
+static inline float gen_rng_range(gen_rng *r, float lo, float hi)
+{
+    float span = hi - lo;
+    double u = (double)(gen_rng_next(r) >> 40) * 0x1p-24;
+    float p = (float)((double)span * u);
+    return (float)((double)lo + (double)p);
+}
+/* Uniform integer in [0, n). */
 /* Uniform integer in [0, n). */
 uint32_t gen_rng_below(gen_rng *r, uint32_t n);
 

@@ -255,16 +255,10 @@ static void fill_block(uint32_t type, gen_rng *r, float amp, uint8_t *b, uint32_
     }
 }
 
-static double value_of(const gen_tensor *t, gen_rng *r)
+static inline double value_of(const gen_tensor *t, gen_rng *r)
 {
-    switch (t->init) {
-    case GEN_INIT_NORM:
-        return 1.0 + gen_rng_range(r, -t->scale, t->scale);
-    case GEN_INIT_ZERO:
-        return 0.0;
-    default:
-        return gen_rng_range(r, -t->scale, t->scale);
-    }
+    double v = gen_rng_range(r, -t->scale, t->scale);
+    return t->init == GEN_INIT_NORM ? 1.0 + v : v; /* ZERO never gets here */
 }
 
 /*

@@ -22,38 +22,6 @@ void gen_rng_seed(gen_rng *r, uint64_t seed, const char *name)
         r->s[i] = gen_splitmix64(&st);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t gen_rng_next(gen_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/*
- * lo + (hi - lo) * u rounded to float after each operation, u = k / 2^24 with
- * a 24-bit k. Both steps go through double, where they are exact (the product
- * has at most 49 significant bits, the sum at most 47 for the ranges used
- * here), then through one explicit rounding to float each: exactly IEEE float
- * multiply-then-add, and no fused multiply-add can form across the conversions
- * (AArch64, -ffp-contract=fast). The stream is the same on every machine.
- */
-float gen_rng_range(gen_rng *r, float lo, float hi)
-{
-    float span = hi - lo;
-    double u = (double)(gen_rng_next(r) >> 40) * 0x1p-24;
-    float p = (float)((double)span * u);
-    return (float)((double)lo + (double)p);
-}
-
 uint32_t gen_rng_below(gen_rng *r, uint32_t n)
 {
     return (uint32_t)(((gen_rng_next(r) >> 32) * (uint64_t)n) >> 32);
