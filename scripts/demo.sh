@@ -12,9 +12,18 @@ gen=$here/build/testdata/gguf-gen
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 step() { printf '\n== %s\n' "$*"; }
+# first N CMD...: run CMD to the end (its exit code is kept in $rc), show its first N lines.
+first() {
+    local n=$1
+    shift
+    rc=0
+    "$@" >"$work/out.txt" 2>&1 || rc=$?
+    head -n "$n" "$work/out.txt"
+    [ "$(wc -l <"$work/out.txt")" -le "$n" ] || echo "  ..."
+}
 
 step "gguf-gen: a small deepseek2 (MLA + MoE) model, Q4_K weights, split in 3 parts"
-"$gen" model --arch deepseek2 --type Q4_K --split-max-tensors 20 "$work/demo.gguf"
+"$gen" model --arch deepseek2 --type Q4_K --split-max-tensors 12 "$work/demo.gguf"
 ls -l "$work"
 
 step "gguf-inspect: the whole split set, from its second part"
@@ -28,21 +37,19 @@ echo "model digest of the parts:  $("$bin/gguf-inspect" --hash --json --tensors-
 echo "model digest of the merge:  $("$bin/gguf-inspect" --hash --json --tensors-only "$work/merged.gguf" | python3 -c 'import json,sys;print(json.load(sys.stdin)["model_xxh3_128"])')"
 
 step "gguf-dequant-verify: dequantize every tensor, statistics and suspicious blocks"
-"$bin/gguf-dequant-verify" "$work/merged.gguf" | head -16
+first 12 "$bin/gguf-dequant-verify" "$work/merged.gguf"
 
 step "shard-plan: how vLLM would slice it over 4 tensor-parallel ranks"
-"$bin/shard-plan" "$work/merged.gguf" --tp 4 --filter blk.1.attn | head -30
+first 40 "$bin/shard-plan" "$work/merged.gguf" --tp 4 --filter blk.1.attn
 
 step "ref-forward: greedy decoding of 8 tokens, and a record of every capture point"
 "$bin/ref-forward" "$work/merged.gguf" --tokens 1,5,9,13 -n 8 --record "$work/ref.gguf" --zstd
 
 step "ref-forward --tp 4: four virtual ranks from the plan, compared point by point"
-"$bin/ref-forward" "$work/merged.gguf" --tokens 1,5,9,13 --tp 4 | tail -6
+first 20 "$bin/ref-forward" "$work/merged.gguf" --tokens 1,5,9,13 --tp 4
 
 step "ref-forward --tp 4 --inject kv-b-rows: the incident's fault, found and localized"
-set +e
-"$bin/ref-forward" "$work/merged.gguf" --tokens 1,5,9,13 --tp 4 --inject kv-b-rows \
-    --html "$work/report.html" | head -12
-rc=$?
-set -e
-echo "(exit code $((rc)); 1 means a divergence was found, as it should be here)"
+first 20 "$bin/ref-forward" "$work/merged.gguf" --tokens 1,5,9,13 --tp 4 --inject kv-b-rows \
+    --html "$work/report.html"
+echo "(exit code $rc: 1 means a divergence was found, as it must be here)"
+[ "$rc" -eq 1 ]
