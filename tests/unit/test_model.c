@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf/model.h"
+#include "gguf/shard.h"
 #include "helper_buf.h"
 #include "helper_replica.h"
 
@@ -466,6 +467,53 @@ START_TEST(every_role_named)
 }
 END_TEST
 
+/*
+ * Every metadata key of the deepseek2 spec deleted, given the wrong type, zero, huge or
+ * negative: the loader returns a code (never crashes, never accepts garbage silently), and
+ * whatever it accepts still plans and takes every fault without crashing (ASan builds).
+ */
+START_TEST(metadata_sweep)
+{
+    static const char *const variants[][2] = {{"del", ""},          {"str", "x"},
+                                              {"u32", "0"},          {"u64", "99999999999"},
+                                              {"i32", "-3"},         {"f32", "-1"},
+                                              {"u32", "3"}};
+    int n_ok = 0, n_err = 0;
+    for (int k = 1; hr_ds2_kvs[k]; k++) {
+        char key[128];
+        sscanf(hr_ds2_kvs[k], "%*s %127s", key);
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+            char line[256];
+            snprintf(line, sizeof line, "%s %s %s", variants[v][0], key, variants[v][1]);
+            const char *extra[] = {line, NULL};
+            gguf_set *s;
+            gguf_model *m;
+            gguf_error err;
+            int rc = open_spec(hr_ds2_kvs, extra, hr_ds2_tensors, &s, &m, &err);
+            if (rc == 0) {
+                n_ok++;
+                gguf_shard_opts o = {.tp = 2, .ep = 2, .engine = GGUF_ENGINE_SGLANG};
+                gguf_shard_plan *p;
+                if (gguf_shard_plan_build(&p, m, &o, &err) == 0) {
+                    for (int f = 1; f < GGUF_FAULT_COUNT; f++)
+                        gguf_shard_apply_fault(p, (gguf_fault)f, -1, &err);
+                    gguf_shard_plan_free(p);
+                }
+                gguf_model_free(m);
+            } else {
+                n_err++;
+                ck_assert_msg(rc < 0 && rc >= GGUF_E_STATUS_MIN, "%s: rc %d", line, rc);
+                ck_assert_msg(err.message[0] != '\0', "%s: no message", line);
+                ck_assert_ptr_null(m);
+            }
+            gguf_set_close(s);
+        }
+    }
+    ck_assert_int_gt(n_ok, 10);  /* optional keys may go */
+    ck_assert_int_gt(n_err, 60); /* required or inconsistent ones may not */
+}
+END_TEST
+
 /* ---- real files from ../shared/testdata ---- */
 
 static const char *shared(const char *rel)
@@ -586,6 +634,7 @@ static Suite *suite(void)
     tcase_add_test(tc, unknown_tensor_kept);
     tcase_add_test(tc, allow_missing_and_parts);
     tcase_add_test(tc, every_role_named);
+    tcase_add_test(tc, metadata_sweep);
     tcase_add_test(tc, real_deepseek_v3);
     tcase_add_test(tc, real_llama_and_stories);
     suite_add_tcase(s, tc);
