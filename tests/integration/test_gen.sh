@@ -105,6 +105,19 @@ expect 0 G model --arch glm4moe "${SMALL[@]}" --qk-norm "$T/glm-qk.gguf"
 want "--qk-norm" "$T/glm-qk.gguf" "sorted(t['shape'][0] for t in d['tensors'] if t['name'].startswith('blk.0.attn_') and t['name'].endswith('_norm.weight'))" \
     "[32, 32, 256]"
 
+# The model module and the reference forward take every architecture and variant.
+RF=$GGUFKIT_BIN/ref-forward
+if [ -x "$RF" ]; then
+    expect 0 G model --arch glm-dsa "${SMALL[@]}" --legacy-kv-b "$T/dsa-legacy.gguf"
+    expect 0 G model --arch llama "${SMALL[@]}" --rope-freqs 8 --tied --tokenizer gpt2 "$T/llama3.gguf"
+    for f in $("$GEN" archs) ds-legacy ds-v2 glm-qk dsa-legacy llama3; do
+        expect 0 "$RF" "$T/$f.gguf" --tokens 1,2,3
+        contains "$T/out" "next:"
+    done
+else
+    echo "note: ref-forward is not built: generated models not run here"
+fi
+
 # ---- every valid type as --type; norms stay F32 ----
 for t in $("$GEN" types); do
     expect 0 G model --arch llama "${SMALL[@]}" --layers 1 --type "$t" "$T/t-$t.gguf"
