@@ -118,6 +118,17 @@ else
     echo "note: ref-forward is not built: generated models not run here"
 fi
 
+# The default sizes divide by 8: shard plans for 2, 4 and 8 ranks pass their checks.
+SP=$GGUFKIT_BIN/shard-plan
+if [ -x "$SP" ]; then
+    for arch in $("$GEN" archs); do
+        expect 0 G model --arch "$arch" -q --type Q8_0 "$T/default-$arch.gguf"
+        for tp in 2 4 8; do expect 0 "$SP" --tp $tp "$T/default-$arch.gguf"; done
+    done
+else
+    echo "note: shard-plan is not built: default sizes not planned here"
+fi
+
 # ---- every valid type as --type; norms stay F32 ----
 for t in $("$GEN" types); do
     expect 0 G model --arch llama "${SMALL[@]}" --layers 1 --type "$t" "$T/t-$t.gguf"
