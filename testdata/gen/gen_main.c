@@ -19,7 +19,7 @@ enum {
     O_EXPERTS_USED, O_SHARED, O_EXPERT_FF, O_DENSE, O_GROUPS, O_GROUPS_USED, O_Q_LORA, O_KV_LORA,
     O_QK_NOPE, O_QK_ROPE, O_V_HEAD, O_ROPE_DIM, O_IDX_HEADS, O_IDX_HEAD_DIM, O_IDX_TOP_K, O_NEXTN,
     O_SIZES_END,
-    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB, O_GATING, O_QK_NORM, O_ROPE_FREQS, O_TOKENIZER,
+    O_ROPE_BASE, O_RMS_EPS, O_EXPERT_SCALE, O_LEGACY_KVB, O_TIED, O_ROPE_SCALING, O_NO_VOCAB, O_GATING, O_QK_NORM, O_ROPE_FREQS, O_TOKENIZER, O_JSON,
 };
 
 static const cli_opt opts[] = {
@@ -37,6 +37,7 @@ static const cli_opt opts[] = {
     {O_SPLIT_S, "split-max-size", 1, "SIZE", "write a split set, at most SIZE (e.g. 300M) of "
                                              "tensor data a part"},
     {O_FORCE, "force", 0, NULL, "replace existing outputs"},
+    {O_JSON, "json", 0, NULL, "print what was written as JSON (schema: docs/gguf-gen.md)"},
     {O_NO_SYNC, "no-sync", 0, NULL, "skip fsync (scratch files, tests)"},
     {O_LAYERS, "layers", 1, "N", "transformer blocks (without MTP blocks; default 2)"},
     {O_EMBD, "embd", 1, "N", "embedding length (default 256)"},
@@ -152,9 +153,9 @@ typedef struct pending {
 } pending;
 
 /* One line per file written: path, tensors, keys, size (read back through the library). */
-static void print_summary(const char *out, uint32_t n_parts)
+static void print_summary(const char *out, uint32_t n_parts, bool json, uint64_t seed, bool sparse)
 {
-    if (cli_verbosity == 0)
+    if (cli_verbosity == 0 && !json)
         return;
     char *name = malloc(strlen(out) + 64);
     if (!name)
@@ -174,7 +175,31 @@ static void print_summary(const char *out, uint32_t n_parts)
         strcpy(name, out);
     }
     gguf_set *s = NULL;
-    if (gguf_set_open(&s, name, NULL, NULL) == 0) {
+    if (json && gguf_set_open(&s, name, NULL, NULL) == 0) {
+        /* schema: docs/gguf-gen.md */
+        uint64_t nbytes = 0;
+        for (int64_t i = 0; i < gguf_set_tensor_count(s); i++)
+            nbytes += gguf_set_tensor_at(s, i)->nbytes;
+        const gguf_file *m = gguf_set_meta(s);
+        const gguf_kv *arch = gguf_file_kv_find(m, "general.architecture");
+        printf("{\"architecture\":");
+        if (arch && arch->value.type == GGUF_VALUE_STRING)
+            cli_json_str(stdout, arch->value.v.str.data, (size_t)arch->value.v.str.len);
+        else
+            printf("null");
+        printf(",\"seed\":%llu,\"sparse\":%s,\"n_tensors\":%lld,\"nbytes\":%llu,\"files\":[",
+               (unsigned long long)seed, sparse ? "true" : "false",
+               (long long)gguf_set_tensor_count(s), (unsigned long long)nbytes);
+        for (uint32_t i = 0; i < gguf_set_part_count(s); i++) {
+            const gguf_file *f = gguf_set_part(s, i);
+            printf("%s{\"path\":", i ? "," : "");
+            cli_json_str(stdout, gguf_file_path(f), SIZE_MAX);
+            printf(",\"size\":%llu,\"n_tensors\":%lld,\"n_kv\":%lld}",
+                   (unsigned long long)gguf_file_size(f), (long long)gguf_file_tensor_count(f),
+                   (long long)gguf_file_kv_count(f));
+        }
+        printf("]}\n");
+    } else if (gguf_set_open(&s, name, NULL, NULL) == 0) {
         for (uint32_t i = 0; i < gguf_set_part_count(s); i++) {
             const gguf_file *f = gguf_set_part(s, i);
             char hb[32];
@@ -224,6 +249,7 @@ int main(int argc, char **argv)
     gen_write_opts wo = {.seed = 1, .sparse = replica};
     const char *preset = NULL, *pos[3] = {NULL};
     int n_pos = 0, rc = CLI_EXIT_USAGE;
+    bool json = false;
     pending *pend = calloc((size_t)argc, sizeof *pend);
     int n_pend = 0;
     gen_plan plan;
@@ -299,6 +325,9 @@ int main(int argc, char **argv)
             break;
         case O_NO_SYNC:
             wo.no_sync = true;
+            break;
+        case O_JSON:
+            json = true;
             break;
         case O_TOKENIZER: /* model and replica */
             if (!strcmp(arg, "gpt2") || !strcmp(arg, "spm")) {
@@ -427,7 +456,7 @@ int main(int argc, char **argv)
         rc = cli_exit_code(st);
         goto done;
     }
-    print_summary(out, n_parts);
+    print_summary(out, n_parts, json, wo.seed, wo.sparse);
     rc = CLI_EXIT_OK;
 done:
     gen_plan_free(&plan);

@@ -187,6 +187,21 @@ expect 0 G model --arch llama "${SMALL[@]}" --split-max-size 200K "$T/ss.gguf"
 want "--split-max-size: parts of at most 200K of data" "$(ls "$T"/ss-00001-of-*.gguf)" \
     "[len(d['files']) > 2, all(f['size'] - f['data_offset'] <= 200 * 1024 for f in d['files'])]" "[True, True]"
 
+# --json: what was written (the contract of docs/gguf-gen.md)
+"$GEN" model --arch qwen3 "${SMALL[@]}" --split-max-tensors 10 --json --no-sync "$T/js.gguf" >"$T/js.json" ||
+    fail "--json run failed"
+python3 - "$T" >"$T/jsout" <<'PY' && pass || { fail "--json: $(cat "$T/jsout")"; }
+import json, os, sys
+T = sys.argv[1]
+d = json.load(open(T + "/js.json"))
+assert set(d) == {"architecture", "seed", "sparse", "n_tensors", "nbytes", "files"}, d
+assert d["architecture"] == "qwen3" and d["seed"] == 1 and d["sparse"] is False
+assert d["n_tensors"] == sum(f["n_tensors"] for f in d["files"]) == 25
+for f in d["files"]:
+    assert os.path.getsize(f["path"]) == f["size"], f
+assert [os.path.basename(f["path"]) for f in d["files"]] == ["js-%05d-of-00003.gguf" % i for i in (1, 2, 3)]
+PY
+
 # ---- sparse: holes, zeros, full size ----
 expect 0 G model --arch llama "${SMALL[@]}" --sparse "$T/sparse.gguf"
 check "sparse size = dense size" "$(stat -c %s "$T/sparse.gguf")" "$(stat -c %s "$T/seed1.gguf")"
