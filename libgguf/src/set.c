@@ -106,9 +106,13 @@ static int check_part(const gguf_file *f, uint32_t index, uint32_t count, const 
     if (first && f->version != first->version)
         return gguf_fail(err, GGUF_E_SPLIT, 4, "%s: GGUF version %u differs from part 1's %u",
                          f->path, f->version, first->version);
-    /* Alignments may differ: llama.cpp's gguf-split writes general.alignment only into
-     * part 1, so later parts of a set with a custom alignment use the default 32. Each
-     * part's own offsets were checked against its own alignment. */
+    /* llama.cpp's gguf-split writes general.alignment only into part 1, so a later part
+     * without the key uses the default 32; one that declares another value than part 1
+     * belongs to another set (or was rewritten). */
+    if (first && f->alignment != first->alignment && gguf_file_kv_find(f, GGUF_KEY_ALIGNMENT))
+        return gguf_fail(err, GGUF_E_SPLIT, gguf_file_kv_find(f, GGUF_KEY_ALIGNMENT)->offset,
+                         "%s: alignment %u differs from part 1's %u", f->path, f->alignment,
+                         first->alignment);
     return GGUF_OK;
 }
 

@@ -186,8 +186,9 @@ bool gguf_str_eq(gguf_str s, const char *cstr);
  * split.count > 1). Checks: every part present and valid, split.no == part
  * index (0-based), split.count == MMMMM on every part, equal versions, the
  * tensor total equal to split.tensors.count, no tensor name twice in the set.
- * Alignments may differ between parts (llama.cpp writes general.alignment
- * into part 1 only); each part is checked against its own.
+ * A later part may lack general.alignment (llama.cpp writes it into part 1
+ * only) and then uses the default; one that declares another alignment than
+ * part 1 is an error.
  * @return 0, the codes of gguf_file_open for the failing part, GGUF_E_SPLIT.
  */
 int gguf_set_open(gguf_set **out, const char *path, const gguf_open_opts *opts, gguf_error *err);
