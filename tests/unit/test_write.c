@@ -206,15 +206,17 @@ START_TEST(copy_fd_keeps_holes)
 }
 END_TEST
 
-/* Writes part i of n of a split set with the given split keys. */
-static void write_part(const char *name, int no, int count, int total, const char *tensor,
-                       uint32_t version)
+/* Writes part i of n of a split set with the given split keys; align 0 = no alignment key. */
+static void write_part_aligned(const char *name, int no, int count, int total,
+                               const char *tensor, uint32_t version, uint32_t align)
 {
     gguf_writer *w;
     gguf_error err;
     gguf_writer_opts o = fast;
     o.version = version;
     ck_assert_int_eq(gguf_writer_create(&w, p(name), &o, &err), 0);
+    if (align)
+        ck_assert_int_eq(gguf_writer_add_u32(w, GGUF_KEY_ALIGNMENT, align, &err), 0);
     uint16_t n16 = (uint16_t)no, c16 = (uint16_t)count;
     gguf_value v;
     memset(&v, 0, sizeof v);
@@ -233,6 +235,12 @@ static void write_part(const char *name, int no, int count, int total, const cha
     gguf_writer_write(w, z, sizeof z, &err);
     ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
     gguf_writer_free(w);
+}
+
+static void write_part(const char *name, int no, int count, int total, const char *tensor,
+                       uint32_t version)
+{
+    write_part_aligned(name, no, count, total, tensor, version, 0);
 }
 
 static int open_set(const char *name, gguf_error *err)
@@ -310,6 +318,15 @@ START_TEST(split_set_errors)
     write_part("g-00002-of-00002.gguf", -1, -1, -1, "t1", 3);
     ck_assert_int_eq(open_set("g-00001-of-00002.gguf", &err), GGUF_E_SPLIT);
     ck_assert(strstr(err.message, "no split.no") != NULL);
+    /* alignment: a later part without the key uses the default (as llama.cpp writes
+     * sets); one declaring another value than part 1 is refused */
+    write_part_aligned("k-00001-of-00002.gguf", 0, 2, 2, "t0", 3, 64);
+    write_part_aligned("k-00002-of-00002.gguf", 1, 2, 2, "t1", 3, 0);
+    ck_assert_int_eq(open_set("k-00001-of-00002.gguf", &err), 0);
+    write_part_aligned("l-00001-of-00002.gguf", 0, 2, 2, "t0", 3, 0);
+    write_part_aligned("l-00002-of-00002.gguf", 1, 2, 2, "t1", 3, 64);
+    ck_assert_int_eq(open_set("l-00001-of-00002.gguf", &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "alignment 64 differs") != NULL);
     /* a truncated part is named */
     write_part("h-00001-of-00002.gguf", 0, 2, 2, "t0", 3);
     write_part("h-00002-of-00002.gguf", 1, 2, 2, "t1", 3);
