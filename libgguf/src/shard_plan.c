@@ -228,14 +228,18 @@ int shard_kvb_pieces(gguf_shard_plan *p, int64_t il, int64_t a, int64_t b, bool 
     *n = 0;
     if (legacy && kv < 0)
         return GGUF_E_NOT_FOUND;
-    gguf_shard_piece *pc = calloc((size_t)(2 * H + 2), sizeof *pc);
+    /* at most two pieces per head the range touches (all heads when stacked) */
+    int64_t cap = stacked || b <= a ? 2 * H + 2 : 2 * ((b - 1) / s - a / s + 1) + 2;
+    gguf_shard_piece *pc = malloc((size_t)cap * sizeof *pc);
     if (!pc)
         return GGUF_E_NOMEM;
     int32_t k = 0;
     int64_t dst = dst0;
     /* Walk the row range part by part: (head, k or v, local rows). */
-    for (int64_t h = 0; h < H; h++) {
-        for (int part = 0; part < 2; part++) {
+    const int64_t h_first = stacked || b <= a ? 0 : a / s;
+    const int64_t h_end = stacked || b <= a ? H : ((b - 1) / s + 1 < H ? (b - 1) / s + 1 : H);
+    for (int64_t h = h_first; h < h_end; h++) {
+        for (int part = 0; part < 2 && k < cap; part++) {
             int64_t base, len = part ? v : nope;
             if (stacked)
                 base = part ? H * nope + h * v : h * nope;
@@ -731,8 +735,16 @@ int gguf_shard_plan_build(gguf_shard_plan **out, const gguf_model *m, const gguf
     p->rt.shared_scale = 1.0;
     p->rt.mla_cache_replicated = true;
 
-    /* Stored tensors, in model order. */
+    /* Stored tensors, in model order; room for them and a virtual kv_b per layer up front. */
     const int64_t nt = gguf_model_tensor_count(m);
+    p->cap = nt + hp->n_layer + 1;
+    p->e = malloc((size_t)p->cap * sizeof *p->e);
+    p->sl = malloc((size_t)p->cap * sizeof *p->sl);
+    p->names = malloc((size_t)p->cap * sizeof *p->names);
+    if (!p->e || !p->sl || !p->names) {
+        rc = GGUF_E_NOMEM;
+        goto done;
+    }
     for (int64_t k = 0; k < nt; k++) {
         const gguf_model_tensor *mt = gguf_model_tensor_at(m, k);
         int64_t i = new_entry(p);
