@@ -168,6 +168,18 @@ assert kvb['virtual'] and kvb['rule'] == 'heads', kvb['rule']
 assert [r['ne'] for r in kvb['ranks']] == [[256, 256], [256, 256]], kvb['ranks'][0]['ne']
 assert [r['range'] for r in kvb['ranks']] == [[0, 256], [256, 512]]
 assert d['errors'] == 0
+# the documented schema (docs/shard-plan.md)
+assert set(d) == {'arch', 'checks', 'engine', 'ep', 'errors', 'fault_layer', 'faults', 'max_rank',
+                  'max_rank_bytes', 'model', 'moe_tp', 'rank_bytes', 'runtime', 'tensors', 'tp',
+                  'vocab_pad', 'warnings'}, sorted(d)
+assert set(kvb) == {'cat_dim', 'consumed', 'expert_dim', 'fused', 'hf_name', 'layer', 'name', 'ne',
+                    'ranks', 'reduce_sum', 'role', 'rule', 'slot', 'split_dim', 'type', 'virtual'}
+assert set(kvb['ranks'][0]) == {'bytes', 'ne', 'pad', 'pieces', 'quant_cut_ok', 'range', 'rank',
+                                'reason'}
+assert set(kvb['ranks'][0]['pieces'][0]) == {'dst', 'hi', 'lo', 'src', 'transpose'}
+assert set(d['runtime']) == {'attn_scale', 'mla_cache_replicated', 'norm_topk', 'rope_pairs',
+                             'routed_scale', 'shared_scale', 'use_exp_probs_b'}
+assert sum(d['rank_bytes']) > 0 and d['max_rank_bytes'] == max(d['rank_bytes'])
 " || fail "deepseek_v3 plan JSON"
     # 4 heads over tp 3
     expect 1 "$SP" "$DS" --tp 3
