@@ -245,6 +245,11 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
         return -1;
     }
     const char *ar = arch_override ? arch_override : ip ? "glm-dsa" : "deepseek2";
+    if (strcmp(ar, "deepseek2") && strcmp(ar, "glm-dsa")) {
+        snprintf(msg, msg_size, "--arch %s: a replica of an MLA map is deepseek2 or glm-dsa", ar);
+        gen_plan_free(&tp);
+        return -1;
+    }
     uint32_t embd = (uint32_t)emb->ne[0], vocab = (uint32_t)emb->ne[1];
     uint32_t nope = (uint32_t)kb->ne[0], kv_lora = (uint32_t)kb->ne[1];
     uint32_t heads = (uint32_t)kb->ne[2], v_head = vb ? (uint32_t)vb->ne[1] : nope;
