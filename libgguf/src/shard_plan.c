@@ -675,6 +675,12 @@ static int plan_checks(gguf_shard_plan *p)
                 "%s: no engine layer consumes this tensor (%s)", p->e[i].name,
                 p->e[i].role == GGUF_ROLE_UNKNOWN ? "unknown name"
                                                   : "not part of this architecture's layer");
+    /* DeepSeek-V3-style routing (sigmoid scores) selects experts with a bias the HF model
+     * calls e_score_correction_bias; the engines load it for noaux_tc routing */
+    if (has_moe && hp->gating == GGUF_GATING_SIGMOID && !hp->has_exp_probs_b)
+        CHK(GGUF_CHECK_WARN, "missing", NULL,
+            "sigmoid expert routing without exp_probs_b.bias (HF mlp.gate.e_score_correction_bias): "
+            "engines using noaux_tc routing expect it");
     if (hp->n_nextn > 0)
         CHK(GGUF_CHECK_INFO, "nextn", NULL,
             "blocks %lld..%lld are next-token-prediction (MTP) blocks: loaded only for "

@@ -340,6 +340,23 @@ START_TEST(expert_checks)
 }
 END_TEST
 
+START_TEST(sigmoid_without_bias)
+{
+    const char *ts[64];
+    int n = 0;
+    for (int i = 0; hr_ds2_tensors[i]; i++)
+        if (strncmp(hr_ds2_tensors[i], "blk.1.exp_probs_b.", 18))
+            ts[n++] = hr_ds2_tensors[i];
+    ts[n] = NULL;
+    fixture fx = open_fx(hr_ds2_kvs, NULL, ts);
+    gguf_shard_plan *p = plan(fx.m, 2, 0, GGUF_ENGINE_VLLM);
+    ck_assert(has_check(p, "missing", GGUF_CHECK_WARN));
+    ck_assert(!has_check(p, "missing", GGUF_CHECK_ERROR));
+    gguf_shard_plan_free(p);
+    close_fx(&fx);
+}
+END_TEST
+
 START_TEST(missing_and_unconsumed)
 {
     const char *ts[64];
@@ -579,6 +596,7 @@ static Suite *suite(void)
     tcase_add_test(tc, quant_block_check);
     tcase_add_test(tc, expert_checks);
     tcase_add_test(tc, missing_and_unconsumed);
+    tcase_add_test(tc, sigmoid_without_bias);
     tcase_add_test(tc, faults_mla);
     tcase_add_test(tc, faults_dense);
     suite_add_tcase(s, tc);
