@@ -138,6 +138,11 @@ contains "$T/err" "cannot create the folder"
 "$GEN" model -q --no-sync --arch deepseek2 --legacy-kv-b "$T/legacy.gguf"
 expect 0 "$SP" "$T/legacy.gguf" --tp 2 --filter blk.0.attn_kv_b -v
 contains "$T/out" "r1   [64, 512]              ne[1] [512, 1024)"
+# MLA without q_lora (DeepSeek-V2-Lite style): a plain attn_q cut by whole heads
+"$GEN" model -q --no-sync --arch deepseek2 --q-lora 0 "$T/q0.gguf"
+expect 0 "$SP" "$T/q0.gguf" --tp 2 --filter blk.0.attn_q -v
+contains "$T/out" "blk.0.attn_q.weight                  heads      F16    [256, 768]"
+contains "$T/out" "r1   [256, 384]             ne[1] [384, 768)"
 # a split set, from any part
 "$GEN" model -q --no-sync --arch glm-dsa --split-max-tensors 40 "$T/split.gguf"
 expect 0 "$SP" "$T/split-00002-of-00002.gguf" --tp 2
