@@ -26,7 +26,8 @@ if [ ! -x "$BUILD/tests/test_cuda_dequant" ]; then
     step "build $BUILD (sm_90)"
     { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=ON -DGGUFKIT_CUDA_ARCHITECTURES=90-real \
         -DCMAKE_BUILD_TYPE=Release &&
-      cmake --build "$BUILD" -j"$(nproc)" --target test_cuda_dequant bench_cuda_dequant gguf-dequant-verify; } \
+      cmake --build "$BUILD" -j"$(nproc)" --target test_cuda_dequant test_cuda_upload bench_cuda_dequant \
+        bench_cuda_upload gguf-dequant-verify; } \
         > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 3; }
 fi
 
@@ -38,13 +39,16 @@ if command -v cuobjdump > /dev/null; then
     grep -o 'STACK:[1-9][0-9]*' "$OUT/resources.txt" | sort | uniq -c | head -3
 fi
 
-step "test_cuda_dequant"
-"$BUILD/tests/test_cuda_dequant" 2>&1 | tee "$OUT/test.log" | grep -v '^MISMATCH' | tail -20
-rc=${PIPESTATUS[0]}
-grep -c '^MISMATCH' "$OUT/test.log" | sed 's/^/mismatch lines: /'
-grep '^MISMATCH' "$OUT/test.log" | cut -c1-400 | head -40
-echo "test rc=$rc"
-[ "$rc" = 0 ] || status=1
+for t in test_cuda_dequant test_cuda_upload; do
+    [ -x "$BUILD/tests/$t" ] || continue
+    step "$t"
+    "$BUILD/tests/$t" 2>&1 | tee "$OUT/$t.log" | grep -v '^MISMATCH' | tail -20
+    rc=${PIPESTATUS[0]}
+    grep -c '^MISMATCH' "$OUT/$t.log" | sed 's/^/mismatch lines: /'
+    grep '^MISMATCH' "$OUT/$t.log" | cut -c1-400 | head -40
+    echo "$t rc=$rc"
+    [ "$rc" = 0 ] || status=1
+done
 
 if [ -x "$BUILD/tools/gguf-dequant-verify" ] && [ -d "$GGUFKIT_GPU_TESTDATA" ]; then
     step "gguf-dequant-verify --gpu"
@@ -62,6 +66,13 @@ if command -v compute-sanitizer > /dev/null; then
         echo "$tool rc=$?"
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" "$OUT/sanitizer-$tool.log" | head -5
     done
+    if [ -x "$BUILD/tests/test_cuda_upload" ]; then
+        step "compute-sanitizer memcheck test_cuda_upload"
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$BUILD/tests/test_cuda_upload" > "$OUT/sanitizer-upload.log" 2>&1
+        echo "memcheck rc=$?"
+        grep -E "ERROR SUMMARY|Invalid" "$OUT/sanitizer-upload.log" | head -5
+    fi
 fi
 
 step "bench_cuda_dequant ${GGUFKIT_BENCH_ARGS:-29 20}"
@@ -74,5 +85,10 @@ done
 cat "$OUT/bench1.txt"
 echo "--- second run, f32 output, % of copy:"
 awk '$3 == "f32" { printf "%s %s  ", $1, $6 } END { print "" }' "$OUT/bench2.txt"
+if [ -x "$BUILD/tests/bench_cuda_upload" ]; then
+    step "bench_cuda_upload ${GGUFKIT_UPLOAD_ARGS:-2}"
+    "$BUILD/tests/bench_cuda_upload" ${GGUFKIT_UPLOAD_ARGS:-2} 2>&1 | tee "$OUT/bench-upload.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
 step "done status=$status"
 exit $status
