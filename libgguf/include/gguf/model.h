@@ -269,7 +269,9 @@ typedef struct gguf_model gguf_model;
  *                      and the tensor, e.g. "blk.0.attn_k_b.weight: ne[2] = 4,
  *                      expected n_head = 8 (deepseek2.attention.head_count)");
  *   GGUF_E_BAD_SHAPE   a tensor's shape disagrees with the hyper-parameters;
- *   GGUF_E_UNSUPPORTED an architecture this module does not know;
+ *   GGUF_E_UNSUPPORTED an architecture this module does not know, or per-layer
+ *                      values (arrays) that differ between layers;
+ *   GGUF_E_INVALID     a NULL argument;
  *   GGUF_E_NOMEM.
  */
 int gguf_model_open(gguf_model **out, const gguf_set *set, gguf_error *err);
@@ -278,7 +280,8 @@ int gguf_model_open(gguf_model **out, const gguf_set *set, gguf_error *err);
  * Same over a metadata file (its own tensors ignored) and a caller's list of
  * tensor infos (data may be NULL): header-only replicas of models too large
  * to hold, e.g. built from ../shared/testdata/tensor-maps. Both must outlive
- * the model. `name` is used in messages.
+ * the model. `name` is used in messages. Also GGUF_E_DUPLICATE when a name
+ * appears twice in the list.
  */
 int gguf_model_open_parts(gguf_model **out, const gguf_file *meta,
                           const gguf_tensor *const *tensors, int64_t n_tensors, const char *name,
