@@ -15,6 +15,7 @@
 #include "gguf/model.h"
 #include "gguf/record.h"
 #include "gguf/shard.h"
+#include "refwd_backend.h"
 #include "refwd_compare.h"
 #include "ref_forward.h"
 
@@ -38,6 +39,7 @@ enum {
     OPT_COMPARE,
     OPT_TOL,
     OPT_HTML,
+    OPT_BACKEND,
 };
 
 static const cli_opt options[] = {
@@ -53,6 +55,8 @@ static const cli_opt options[] = {
     {OPT_MLA, "mla", 1, "plain|absorbed", "MLA attention: kv_b expanded per head (default) or absorbed"},
     {OPT_DENSE_INDEXER, "dense-indexer", 0, NULL, "glm-dsa: attend to every key (ignore the indexer)"},
     {OPT_TOPK, "indexer-top-k", 1, "K", "glm-dsa: override the indexer's top-k"},
+    {OPT_BACKEND, "backend", 1, "cpu|cuda", "where the forward runs: the CPU reference (default) or "
+     "one GPU (f32; records and --compare as for the CPU)"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
     {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
     {OPT_TP, "tp", 1, "N", "virtual tensor parallel: N ranks from the shard plan, compared "
@@ -81,7 +85,8 @@ static const cli_spec spec = {
     "  ref-forward model.gguf --tokens 1,2,3 --precision f64 --mla absorbed\n"
     "  ref-forward model.gguf --tokens 1,2,3 --tp 4\n"
     "  ref-forward model.gguf --tokens 1,2,3 --tp 8 --ep 8 --inject kv-b-rows@2 --html r.html\n"
-    "  ref-forward model.gguf --tokens 1,2,3 --compare golden.gguf.zst\n",
+    "  ref-forward model.gguf --tokens 1,2,3 --compare golden.gguf.zst\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --compare cpu.gguf\n",
 };
 
 typedef struct run_opts {
@@ -97,6 +102,7 @@ typedef struct run_opts {
     int32_t eos;
     gguf_engine engine;
     const char *inject, *compare, *tol, *html;
+    refwd_backend backend;
 } run_opts;
 
 static int parse_tokens(const char *s, run_opts *o)
@@ -531,7 +537,7 @@ int refwd_run_main(int argc, char **argv)
     int ret = CLI_EXIT_USAGE;
     gguf_set *set = NULL;
     gguf_model *m = NULL;
-    gguf_fwd_ctx *ctx = NULL;
+    refwd_ctx *ctx = NULL;
     float *logits = NULL;
     int32_t *gen = NULL;
     char *text = NULL;
@@ -621,6 +627,12 @@ int refwd_run_main(int argc, char **argv)
         case OPT_COMPARE: o.compare = arg; break;
         case OPT_TOL: o.tol = arg; break;
         case OPT_HTML: o.html = arg; break;
+        case OPT_BACKEND:
+            if (refwd_backend_parse(arg, &o.backend)) {
+                cli_errorf(spec.tool, "--backend: '%s' is not cpu or cuda", arg);
+                goto done;
+            }
+            break;
         case OPT_THREADS:
             if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
                 cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
@@ -652,9 +664,27 @@ int refwd_run_main(int argc, char **argv)
         goto done;
     }
 
+    if (o.backend == REFWD_CUDA) {
+        if (o.tp) {
+            cli_errorf(spec.tool, "--backend cuda --tp: the NCCL tensor-parallel backend is not "
+                                  "built yet; --tp alone runs the CPU virtual ranks");
+            goto done;
+        }
+        if (o.precision_set && o.fo.precision == GGUF_FWD_F64) {
+            cli_errorf(spec.tool, "--backend cuda computes in f32: --precision f64 is CPU only");
+            goto done;
+        }
+        if (o.fo.mla_mode == GGUF_FWD_MLA_ABSORBED) {
+            cli_errorf(spec.tool, "--backend cuda expands kv_b per head: --mla absorbed is CPU only");
+            goto done;
+        }
+    }
     int rc = gguf_set_open(&set, o.model, NULL, &err);
     if (!rc)
         rc = gguf_model_open(&m, set, &err);
+    /* No GPU: say so before any long work (the digest reads the whole model). */
+    if (!rc)
+        rc = refwd_backend_probe(o.backend, &err);
     if (rc) {
         cli_error(spec.tool, &err);
         ret = cli_exit_code(rc);
@@ -710,7 +740,7 @@ int refwd_run_main(int argc, char **argv)
         rm.model_digest = hex;
         rm.tokens = o.tokens;
         rm.n_tokens = (uint64_t)o.n_tokens;
-        rm.backend = "cpu";
+        rm.backend = refwd_backend_name(o.backend);
         rm.precision = o.fo.precision == GGUF_FWD_F64 ? "f64" : "f32";
         rm.tp = rm.ep = rm.ranks = 1;
         rm.plan_digest = "";
@@ -738,7 +768,7 @@ int refwd_run_main(int argc, char **argv)
     }
 
     o.fo.drop_pages = true; /* the set is mapped from files */
-    rc = gguf_fwd_ctx_create(&ctx, m, &o.fo, &err);
+    rc = refwd_ctx_create(&ctx, o.backend, m, &o.fo, &err);
     const int64_t V = hp->n_vocab;
     const int64_t n_rows = o.n_tokens + (o.n_predict > 1 ? o.n_predict - 1 : 0);
     logits = malloc((size_t)(n_rows * V) * sizeof(float) + 1);
@@ -748,7 +778,7 @@ int refwd_run_main(int argc, char **argv)
         snprintf(err.message, sizeof err.message, "out of memory for logits");
     }
     if (!rc)
-        rc = gguf_fwd_eval(ctx, o.tokens, o.n_tokens, logits, &err);
+        rc = refwd_ctx_eval(ctx, o.tokens, o.n_tokens, logits, &err);
     sink.done = true;
     int64_t n_gen = 0;
     for (int64_t k = 0; !rc && k < o.n_predict; k++) {
@@ -757,14 +787,14 @@ int refwd_run_main(int argc, char **argv)
         gen[n_gen++] = next;
         if (next == eos || k + 1 == o.n_predict)
             break;
-        rc = gguf_fwd_eval(ctx, &next, 1, logits + (o.n_tokens + k) * V, &err);
+        rc = refwd_ctx_eval(ctx, &next, 1, logits + (o.n_tokens + k) * V, &err);
     }
     if (rc) {
         cli_error(spec.tool, &err);
         ret = cli_exit_code(rc);
         goto done;
     }
-    const int64_t rows_done = gguf_fwd_ctx_n_past(ctx);
+    const int64_t rows_done = refwd_ctx_n_past(ctx);
     if (sink.w && (rc = gguf_record_writer_finish(sink.w, &err))) {
         cli_error(spec.tool, &err);
         ret = cli_exit_code(rc);
@@ -793,7 +823,7 @@ int refwd_run_main(int argc, char **argv)
         }
     }
     gguf_fwd_stats st;
-    gguf_fwd_ctx_stats(ctx, &st);
+    refwd_ctx_stats(ctx, &st);
     if (o.json) {
         printf("{\"model\": ");
         print_text_json(stdout, o.model);
@@ -852,7 +882,7 @@ done:
     if (tmp_rec[0])
         tmp_cleanup(tmp_rec);
     gguf_record_writer_free(sink.w);
-    gguf_fwd_ctx_free(ctx);
+    refwd_ctx_free(ctx);
     gguf_model_free(m);
     gguf_set_close(set);
     free(o.tokens);

@@ -1,0 +1,251 @@
+/*
+ * Element-wise and reduction kernels of the GPU forward pass. Each mirrors an
+ * op of libgguf/src/forward_ops.c in f32 mode: values are stored as float,
+ * sums run in double, and every place where the CPU rounds to float rounds
+ * here too. The order of a reduction differs (a tree over threads instead of
+ * a left-to-right loop), so results agree to rounding, not bit for bit.
+ * The files are compiled with -fmad=false, so a*c - b*s is two products and
+ * a difference, as in C.
+ */
+#include "fwd_cuda_internal.h"
+
+#include <math.h>
+
+#define FK_THREADS 256
+
+static inline unsigned fk_blocks(int64_t n)
+{
+    int64_t b = (n + FK_THREADS - 1) / FK_THREADS;
+    return (unsigned)(b < 1 ? 1 : (b > 65535 * 64 ? 65535 * 64 : b));
+}
+
+/* Sum and max over a block of FK_THREADS threads. */
+__device__ static double fk_block_sum(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = FK_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ static double fk_block_max(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = FK_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x])
+            sh[threadIdx.x] = sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* ---- RMSNorm (fw_rmsnorm) ---- */
+
+__global__ static void k_rmsnorm(float *y, const float *x, const float *w, int64_t heads,
+                                 int64_t width, int64_t tok_stride, int64_t head_stride,
+                                 double eps)
+{
+    __shared__ double sh[FK_THREADS];
+    const int64_t r = blockIdx.x, t = r / heads, h = r % heads;
+    const float *xr = x + t * tok_stride + h * head_stride;
+    float *yr = y + t * tok_stride + h * head_stride;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < width; i += FK_THREADS)
+        ss += (double)xr[i] * (double)xr[i];
+    ss = fk_block_sum(ss, sh);
+    const double scale = 1.0 / sqrt(ss / (double)width + eps);
+    for (int64_t i = threadIdx.x; i < width; i += FK_THREADS) {
+        float v = (float)((double)xr[i] * scale);
+        yr[i] = w ? (float)((double)v * (double)w[i]) : v;
+    }
+}
+
+void fk_rmsnorm(float *y, const float *x, const float *w, int64_t n_tok, int64_t heads,
+                int64_t width, int64_t tok_stride, int64_t head_stride, double eps,
+                cudaStream_t s)
+{
+    if (n_tok * heads < 1)
+        return;
+    k_rmsnorm<<<(unsigned)(n_tok * heads), FK_THREADS, 0, s>>>(y, x, w, heads, width, tok_stride,
+                                                               head_stride, eps);
+}
+
+/* ---- RoPE (fw_rope_apply) ---- */
+
+__global__ static void k_rope(float *x, int64_t n_tok, int64_t heads, int64_t tok_stride,
+                              int64_t head_stride, const double *cs, int64_t half, int half_pairs)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_tok * heads * half)
+        return;
+    const int64_t k = i % half, h = (i / half) % heads, t = i / (half * heads);
+    float *xh = x + t * tok_stride + h * head_stride;
+    const double c = cs[(t * half + k) * 2], sn = cs[(t * half + k) * 2 + 1];
+    const int64_t i0 = half_pairs ? k : 2 * k, i1 = half_pairs ? k + half : 2 * k + 1;
+    const double a = xh[i0], b = xh[i1];
+    xh[i0] = (float)(a * c - b * sn);
+    xh[i1] = (float)(a * sn + b * c);
+}
+
+void fk_rope(float *x, int64_t n_tok, int64_t heads, int64_t tok_stride, int64_t head_stride,
+             const double *cs, int64_t half, int half_pairs, cudaStream_t s)
+{
+    const int64_t n = n_tok * heads * half;
+    if (n < 1)
+        return;
+    k_rope<<<fk_blocks(n), FK_THREADS, 0, s>>>(x, n_tok, heads, tok_stride, head_stride, cs, half,
+                                                half_pairs);
+}
+
+/* ---- element-wise ---- */
+
+__global__ static void k_swiglu(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const double x = g[i];
+        const float si = (float)(x / (1.0 + exp(-x)));
+        g[i] = (float)((double)si * (double)u[i]);
+    }
+}
+
+void fk_swiglu(float *g, const float *u, int64_t n, cudaStream_t s)
+{
+    if (n > 0)
+        k_swiglu<<<fk_blocks(n), FK_THREADS, 0, s>>>(g, u, n);
+}
+
+__global__ static void k_add(float *x, const float *y, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fadd_rn(x[i], y[i]);
+}
+
+void fk_add(float *x, const float *y, int64_t n, cudaStream_t s)
+{
+    if (n > 0)
+        k_add<<<fk_blocks(n), FK_THREADS, 0, s>>>(x, y, n);
+}
+
+__global__ static void k_add_bias(float *y, const float *b, int64_t n_tok, int64_t width,
+                                  int64_t stride)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_tok * width;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / width, o = i % width;
+        y[t * stride + o] = __fadd_rn(y[t * stride + o], b[o]);
+    }
+}
+
+void fk_add_bias(float *y, const float *b, int64_t n_tok, int64_t width, int64_t stride,
+                 cudaStream_t s)
+{
+    if (n_tok * width > 0)
+        k_add_bias<<<fk_blocks(n_tok * width), FK_THREADS, 0, s>>>(y, b, n_tok, width, stride);
+}
+
+/* ---- attention (fw_attn_head) ---- */
+
+__global__ static void k_attn(fk_attn_args a)
+{
+    __shared__ double sh[FK_THREADS];
+    const int64_t t = blockIdx.x / a.nh, h = blockIdx.x % a.nh, g = h * a.nkv / a.nh;
+    const int64_t nk = a.n_past + t + 1, nk_all = a.n_past + a.n_tok;
+    const float *q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
+    double *sc = a.scr + (int64_t)blockIdx.x * nk_all;
+    double mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < nk; j += FK_THREADS) {
+        const float *k = a.k + j * a.k_pos_stride + g * a.k_head_stride;
+        double d = 0;
+        for (int64_t i = 0; i < a.dk; i++)
+            d += (double)q[i] * (double)k[i];
+        const double v = (double)(float)(d * a.scale);
+        sc[j] = v;
+        mx = v > mx ? v : mx;
+    }
+    mx = fk_block_max(mx, sh);
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < nk; j += FK_THREADS) {
+        const double e = (double)(float)exp(sc[j] - mx);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = fk_block_sum(sum, sh); /* also a barrier: every sc[j] is written */
+    for (int64_t j = threadIdx.x; j < nk; j += FK_THREADS)
+        sc[j] = (double)(float)(sc[j] / sum);
+    __syncthreads();
+    float *o = a.out + t * a.out_tok_stride + h * a.dv;
+    for (int64_t d = threadIdx.x; d < a.dv; d += FK_THREADS) {
+        double acc = 0;
+        for (int64_t j = 0; j < nk; j++)
+            acc += sc[j] * (double)a.v[j * a.v_pos_stride + g * a.v_head_stride + d];
+        o[d] = (float)acc;
+    }
+}
+
+void fk_attn(const fk_attn_args *a, cudaStream_t s)
+{
+    if (a->n_tok * a->nh > 0)
+        k_attn<<<(unsigned)(a->n_tok * a->nh), FK_THREADS, 0, s>>>(*a);
+}
+
+/* ---- MoE ---- */
+
+__global__ static void k_gather(float *dst, const float *src, const int32_t *rows, int64_t m,
+                                int64_t E)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * E;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[(int64_t)rows[i / E] * E + i % E];
+}
+
+void fk_gather(float *dst, const float *src, const int32_t *rows, int64_t m, int64_t E,
+               cudaStream_t s)
+{
+    if (m * E > 0)
+        k_gather<<<fk_blocks(m * E), FK_THREADS, 0, s>>>(dst, src, rows, m, E);
+}
+
+/* One expert at a time, and a token routes to an expert at most once, so no
+ * two threads add to the same value: no atomics, a fixed order. */
+__global__ static void k_moe_acc(double *acc, const float *ys, const int32_t *rows,
+                                 const float *w, int64_t m, int64_t E)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * E;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / E;
+        acc[(int64_t)rows[r] * E + i % E] += (double)(float)((double)ys[i] * (double)w[r]);
+    }
+}
+
+void fk_moe_acc(double *acc, const float *ys, const int32_t *rows, const float *w, int64_t m,
+                int64_t E, cudaStream_t s)
+{
+    if (m * E > 0)
+        k_moe_acc<<<fk_blocks(m * E), FK_THREADS, 0, s>>>(acc, ys, rows, w, m, E);
+}
+
+__global__ static void k_acc_out(float *out, const double *acc, const float *add, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = (float)acc[i];
+        out[i] = add ? __fadd_rn(v, add[i]) : v;
+    }
+}
+
+void fk_acc_out(float *out, const double *acc, const float *add, int64_t n, cudaStream_t s)
+{
+    if (n > 0)
+        k_acc_out<<<fk_blocks(n), FK_THREADS, 0, s>>>(out, acc, add, n);
+}

@@ -1,0 +1,1109 @@
+/*
+ * The layer loop of the GPU forward pass (ggufkit_cuda/forward_cuda.h): the
+ * same steps, capture points and weight order as libgguf/src/forward_run.c,
+ * with activations and the KV cache in device memory.
+ *
+ * Weight streaming, per chunk c of rows (buffer b = c % 2):
+ *
+ *   host:         wait h2d_done[b]; memcpy rows mmap -> pinned[b] (threads)
+ *   copy stream:  wait consumed[b]; pinned[b] -> raw[b]; record h2d_done[b]
+ *   compute:      wait h2d_done[b]; dequant raw[b] -> wbuf[b]; GEMM (or copy)
+ *                 with wbuf[b]; record consumed[b]
+ *
+ * so the host fills one pinned buffer and the copy engine moves it while the
+ * GPU dequantizes and multiplies the other: transfers overlap compute across
+ * matmuls, tensors and layers alike.
+ */
+#include "cuda_internal.h"
+
+#include <cublas_v2.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+extern "C" {
+#include "forward_internal.h"
+#include "gguf/dequant.h"
+}
+#include "fwd_cuda_internal.h"
+#include "ggufkit_cuda/cuda_dequant.h"
+#include "ggufkit_cuda/forward_cuda.h"
+
+#define FC_CHUNK_BYTES_DEFAULT ((size_t)64 << 20)
+#define FC_CHUNK_FLOATS ((int64_t)32 << 20) /* 128 MiB of dequantized floats */
+
+typedef struct fc_cache {
+    float *k; /* [cap][k_w]: GQA keys, or the MLA latent [kv_cmpr | k_pe] */
+    float *v; /* [cap][v_w]: GQA values (NULL for MLA) */
+} fc_cache;
+
+struct gguf_cuda_fwd {
+    gguf_fwd_ctx *cpu; /* checks, RoPE set-up, routing: the CPU module's own */
+    const gguf_model *m;
+    const gguf_hparams *hp;
+    gguf_fwd_opts o;
+    int device;
+    cudaStream_t ks, cs; /* compute, copy */
+    cublasHandle_t blas;
+    bool blas_ok;
+    size_t chunk_bytes;
+    int n_copy_threads;
+    void *pinned[2];
+    void *raw[2];
+    float *wbuf[2];
+    cudaEvent_t h2d_done[2], consumed[2];
+    uint64_t slot;
+    long page;
+    fc_cache *lc;
+    int64_t cap, k_w, v_w, n_past;
+    gguf_fwd_stats st;
+    gguf_cuda_fwd_xfer xf;
+    uint64_t resident;
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static double fc_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fc_blas_fail(gguf_error *err, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "cuda: %s: out of device memory",
+                         what);
+    int rc = gguf_fail(err, GGUF_E_IO, GGUF_NO_OFFSET, "cuda: %s: cuBLAS status %d", what,
+                       (int)s);
+    if (err)
+        err->sys_errno = s == CUBLAS_STATUS_NOT_INITIALIZED ? ENODEV : EIO;
+    return rc;
+}
+
+#define FC_BLAS(err, call)                                                                    \
+    do {                                                                                      \
+        const cublasStatus_t fc_s_ = (call);                                                  \
+        if (fc_s_ != CUBLAS_STATUS_SUCCESS)                                                   \
+            return fc_blas_fail((err), fc_s_, #call);                                         \
+    } while (0)
+
+static int fc_alloc(gguf_cuda_fwd *c, void *pp, size_t bytes, gguf_error *err)
+{
+    void **p = (void **)pp;
+    *p = NULL;
+    GC_TRY(err, cudaMallocAsync(p, bytes ? bytes : 16, c->ks));
+    return 0;
+}
+
+static void fc_dfree(gguf_cuda_fwd *c, void *p)
+{
+    if (p)
+        (void)cudaFreeAsync(p, c->ks);
+}
+
+static const gguf_tensor *W(const gguf_cuda_fwd *c, int64_t il, gguf_role role)
+{
+    return gguf_model_get(c->m, il, role);
+}
+
+static int need(const gguf_tensor *t, int64_t il, gguf_role role, gguf_error *err)
+{
+    if (t)
+        return 0;
+    return gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET, "forward: blk.%lld.%s.%s missing",
+                     (long long)il, gguf_role_name(role), gguf_role_suffix(role));
+}
+
+static int64_t t_rows(const gguf_tensor *t)
+{
+    return t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+/* ------------------------------------------------------------ host copy */
+
+typedef struct fc_copy_job {
+    char *dst;
+    const char *src;
+    size_t n;
+} fc_copy_job;
+
+static void *fc_copy_main(void *p)
+{
+    fc_copy_job *j = (fc_copy_job *)p;
+    memcpy(j->dst, j->src, j->n);
+    return NULL;
+}
+
+/* memcpy with up to n_threads threads (one memcpy is far slower than PCIe). */
+static void fc_host_copy(void *dst, const void *src, size_t n, int n_threads)
+{
+    if (n_threads > 32)
+        n_threads = 32;
+    if (n < ((size_t)4 << 20) || n_threads <= 1) {
+        memcpy(dst, src, n);
+        return;
+    }
+    pthread_t th[32];
+    fc_copy_job job[32];
+    bool started[32] = {false};
+    const size_t per = (n / (size_t)n_threads + 4095) & ~(size_t)4095;
+    int k = 0;
+    for (size_t off = 0; off < n && k < n_threads; off += per, k++) {
+        job[k].dst = (char *)dst + off;
+        job[k].src = (const char *)src + off;
+        job[k].n = n - off < per ? n - off : per;
+        if (k > 0)
+            started[k] = pthread_create(&th[k], NULL, fc_copy_main, &job[k]) == 0;
+    }
+    fc_copy_main(&job[0]);
+    for (int i = 1; i < k; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            fc_copy_main(&job[i]);
+    }
+}
+
+/* ------------------------------------------------------------ streaming */
+
+typedef int (*fc_chunk_fn)(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
+                           gguf_error *err);
+
+/* Stream rows [row0, row0+n_rows) of t (a matrix of ne[0]-wide rows) through
+ * the staging buffers; fn is called for each chunk with its dequantized rows
+ * in device memory, and queues its work on the compute stream. */
+static int fc_stream(gguf_cuda_fwd *c, const gguf_tensor *t, int64_t row0, int64_t n_rows,
+                     fc_chunk_fn fn, void *arg, gguf_error *err)
+{
+    uint64_t row_bytes;
+    int rc = gguf_type_row_bytes(t->type, t->ne[0], &row_bytes);
+    if (rc)
+        return gguf_fail(err, rc, t->file_offset, "%s: bad row", t->name);
+    if (!gguf_cuda_dequant_supported(t->type))
+        return gguf_fail(err, GGUF_E_BAD_TYPE, t->file_offset,
+                         "%s: type %u cannot be dequantized on the GPU", t->name, t->type);
+    int64_t per = (int64_t)(c->chunk_bytes / row_bytes);
+    if (per > FC_CHUNK_FLOATS / t->ne[0])
+        per = FC_CHUNK_FLOATS / t->ne[0];
+    if (per < 1)
+        return gguf_fail(err, GGUF_E_UNSUPPORTED, t->file_offset,
+                         "%s: one row (%llu bytes) is larger than a streaming chunk", t->name,
+                         (unsigned long long)row_bytes);
+    for (int64_t r = 0; r < n_rows; r += per) {
+        const int64_t nr = n_rows - r < per ? n_rows - r : per;
+        const int b = (int)(c->slot++ & 1);
+        const uint8_t *src = t->data + (uint64_t)(row0 + r) * row_bytes;
+        const size_t bytes = (size_t)((uint64_t)nr * row_bytes);
+        GC_TRY(err, cudaEventSynchronize(c->h2d_done[b]));
+        fc_host_copy(c->pinned[b], src, bytes, c->n_copy_threads);
+        GC_TRY(err, cudaStreamWaitEvent(c->cs, c->consumed[b], 0));
+        GC_TRY(err, cudaMemcpyAsync(c->raw[b], c->pinned[b], bytes, cudaMemcpyHostToDevice, c->cs));
+        GC_TRY(err, cudaEventRecord(c->h2d_done[b], c->cs));
+        GC_TRY(err, cudaStreamWaitEvent(c->ks, c->h2d_done[b], 0));
+        if ((rc = gguf_cuda_dequant(t->type, c->raw[b], c->wbuf[b], nr * t->ne[0],
+                                    (gguf_cuda_stream *)c->ks, err)))
+            return rc;
+        if ((rc = fn(c, c->wbuf[b], r, nr, arg, err)))
+            return rc;
+        GC_TRY(err, cudaEventRecord(c->consumed[b], c->ks));
+        if (c->o.drop_pages && c->page > 0) {
+            /* The bytes are in pinned memory now: drop the mapped pages (read
+             * again on demand), whole pages inside the range only. */
+            uintptr_t pb = (uintptr_t)src, pe = pb + (uintptr_t)bytes;
+            pb = (pb + (uintptr_t)c->page - 1) & ~(uintptr_t)(c->page - 1);
+            pe &= ~(uintptr_t)(c->page - 1);
+            if (pe > pb)
+                madvise((void *)pb, pe - pb, MADV_DONTNEED);
+        }
+        c->st.weight_bytes += bytes;
+        c->st.dequant_floats += (uint64_t)(nr * t->ne[0]);
+        c->xf.h2d_bytes += bytes;
+        c->xf.chunks++;
+    }
+    return 0;
+}
+
+typedef struct fc_load_arg {
+    float *dst;
+    int64_t width;
+} fc_load_arg;
+
+static int fc_load_chunk(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
+                         gguf_error *err)
+{
+    fc_load_arg *a = (fc_load_arg *)arg;
+    GC_TRY(err, cudaMemcpyAsync(a->dst + r0 * a->width, w, (size_t)(nr * a->width) * sizeof(float),
+                                cudaMemcpyDeviceToDevice, c->ks));
+    return 0;
+}
+
+/* Rows of a tensor into a new device buffer (free with fc_release). */
+static int fc_load(gguf_cuda_fwd *c, const gguf_tensor *t, int64_t row0, int64_t n_rows,
+                   float **out, gguf_error *err)
+{
+    *out = NULL;
+    const size_t n = (size_t)(n_rows * t->ne[0]);
+    int rc = fc_alloc(c, out, n * sizeof(float), err);
+    if (rc)
+        return rc;
+    fc_load_arg a = {*out, t->ne[0]};
+    if ((rc = fc_stream(c, t, row0, n_rows, fc_load_chunk, &a, err))) {
+        fc_dfree(c, *out);
+        *out = NULL;
+        return rc;
+    }
+    c->resident += n * sizeof(float);
+    if (c->resident > c->st.peak_weight_bytes)
+        c->st.peak_weight_bytes = c->resident;
+    return 0;
+}
+
+static void fc_release(gguf_cuda_fwd *c, float *p, int64_t n_floats)
+{
+    if (!p)
+        return;
+    c->resident -= (uint64_t)n_floats * sizeof(float);
+    fc_dfree(c, p);
+}
+
+typedef struct fc_mm_arg {
+    float *y;
+    int64_t ys;
+    const float *x;
+    int64_t xs;
+    int64_t n_in, n_tok;
+} fc_mm_arg;
+
+/* y[t][r0 + o] = W[o] . x[t] for the chunk's rows: column-major, W^T x. */
+static int fc_mm_chunk(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
+                       gguf_error *err)
+{
+    fc_mm_arg *a = (fc_mm_arg *)arg;
+    const float one = 1.0f, zero = 0.0f;
+    FC_BLAS(err, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)a->n_tok,
+                             (int)a->n_in, &one, w, (int)a->n_in, a->x, (int)a->xs, &zero,
+                             a->y + r0, (int)a->ys));
+    return 0;
+}
+
+/* y[t][o] = W[row0+o] . x[t] (+ bias[row0+o]) for o < n_out. */
+static int fc_mm(gguf_cuda_fwd *c, float *y, int64_t ys, const float *x, int64_t xs,
+                 const gguf_tensor *w, int64_t row0, int64_t n_out, const gguf_tensor *bias,
+                 int64_t n_tok, gguf_error *err)
+{
+    const int64_t n_in = w->ne[0];
+    fc_mm_arg a = {y, ys ? ys : n_out, x, xs ? xs : n_in, n_in, n_tok};
+    int rc = fc_stream(c, w, row0, n_out, fc_mm_chunk, &a, err);
+    if (rc || !bias)
+        return rc;
+    float *b;
+    if ((rc = fc_load(c, bias, 0, 1, &b, err)))
+        return rc;
+    fk_add_bias(y, b + row0, n_tok, n_out, a.ys, c->ks);
+    fc_release(c, b, bias->ne[0]);
+    return 0;
+}
+
+/* RMSNorm of n_tok*heads rows with an optional weight tensor. */
+static int fc_norm(gguf_cuda_fwd *c, float *y, const float *x, int64_t n_tok, int64_t heads,
+                   int64_t width, int64_t tok_stride, int64_t head_stride, const gguf_tensor *w,
+                   gguf_error *err)
+{
+    float *wf = NULL;
+    int rc;
+    if (w && (rc = fc_load(c, w, 0, 1, &wf, err)))
+        return rc;
+    fk_rmsnorm(y, x, wf, n_tok, heads, width, tok_stride, head_stride, c->hp->rms_eps, c->ks);
+    fc_release(c, wf, w ? w->ne[0] : 0);
+    return 0;
+}
+
+/* ------------------------------------------------------------ captures */
+
+static int fc_capture_host(gguf_cuda_fwd *c, int layer, const char *op, const float *f,
+                           int64_t width, int64_t n_tok, gguf_error *err)
+{
+    char name[64];
+    if (layer >= 0)
+        snprintf(name, sizeof name, "blk.%d.%s", layer, op);
+    else
+        snprintf(name, sizeof name, "%s", op);
+    gguf_fwd_capture cap = {name, layer, op, -1, f, {width, n_tok}, c->n_past};
+    int rc = c->o.capture(c->o.capture_user, &cap);
+    if (rc) {
+        if (rc > 0 || rc < GGUF_E_STATUS_MIN)
+            rc = GGUF_E_INTERRUPTED;
+        return gguf_fail(err, rc, GGUF_NO_OFFSET, "forward: capture %s stopped the run", name);
+    }
+    return 0;
+}
+
+/* Copy device rows back and hand them to the capture callback. */
+static int fc_capture(gguf_cuda_fwd *c, int layer, const char *op, const float *dev,
+                      int64_t width, int64_t n_tok, gguf_error *err)
+{
+    if (!c->o.capture)
+        return 0;
+    const size_t n = (size_t)(width * n_tok);
+    float *f = (float *)malloc(n * sizeof(float) + 1);
+    if (!f)
+        return fw_nomem(err, "capture");
+    cudaError_t e = cudaMemcpyAsync(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost, c->ks);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->ks);
+    if (e != cudaSuccess) {
+        free(f);
+        return gguf_cuda_fail(err, e, "capture copy");
+    }
+    int rc = fc_capture_host(c, layer, op, f, width, n_tok, err);
+    free(f);
+    return rc;
+}
+
+/* ------------------------------------------------------------ RoPE table */
+
+/* cos and sin (with YaRN, freq factors and mscale) of every pair for n
+ * positions from pos0, from the CPU's own fw_rope_apply: a pair (1, 0)
+ * rotates to (cos, sin) exactly in f64 mode. */
+static int fc_rope_table(gguf_cuda_fwd *c, const fw_rope *r, int64_t pos0, int64_t n,
+                         double **out, gguf_error *err)
+{
+    *out = NULL;
+    const int64_t half = r->n_rot / 2;
+    const size_t nd = (size_t)(n * (half > 0 ? half : 1) * 2);
+    double *h = (double *)calloc(nd, sizeof(double));
+    double *x = (double *)calloc((size_t)(r->n_rot + 2), sizeof(double));
+    if (!h || !x) {
+        free(h);
+        free(x);
+        return fw_nomem(err, "RoPE table");
+    }
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t k = 0; k < half; k++) {
+            x[r->type == GGUF_ROPE_HALF ? k : 2 * k] = 1.0;
+            x[r->type == GGUF_ROPE_HALF ? k + half : 2 * k + 1] = 0.0;
+        }
+        fw_rope_apply(r, x, pos0 + t, GGUF_FWD_F64);
+        for (int64_t k = 0; k < half; k++) {
+            h[(t * half + k) * 2] = x[r->type == GGUF_ROPE_HALF ? k : 2 * k];
+            h[(t * half + k) * 2 + 1] = x[r->type == GGUF_ROPE_HALF ? k + half : 2 * k + 1];
+        }
+    }
+    free(x);
+    int rc = fc_alloc(c, out, nd * sizeof(double), err);
+    if (!rc) {
+        cudaError_t e = cudaMemcpyAsync(*out, h, nd * sizeof(double), cudaMemcpyHostToDevice, c->ks);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(c->ks); /* h is freed next */
+        if (e != cudaSuccess)
+            rc = gguf_cuda_fail(err, e, "RoPE table copy");
+    }
+    free(h);
+    return rc;
+}
+
+/* ------------------------------------------------------------ attention */
+
+static int attn_gqa(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, const double *cs,
+                    float *out, gguf_error *err)
+{
+    const gguf_hparams *hp = c->hp;
+    const int64_t nh = hp->n_head, nkv = hp->n_head_kv, dk = hp->n_embd_head_k,
+                  dv = hp->n_embd_head_v, E = hp->n_embd;
+    const fw_rope *rp = &c->cpu->rope;
+    fc_cache *L = &c->lc[il];
+    float *q = NULL, *o = NULL;
+    double *scr = NULL;
+    const gguf_tensor *wq = W(c, il, GGUF_ROLE_ATTN_Q), *wk = W(c, il, GGUF_ROLE_ATTN_K),
+                      *wv = W(c, il, GGUF_ROLE_ATTN_V);
+    int rc;
+    if ((rc = need(wq, il, GGUF_ROLE_ATTN_Q, err)) || (rc = need(wk, il, GGUF_ROLE_ATTN_K, err)) ||
+        (rc = need(wv, il, GGUF_ROLE_ATTN_V, err)))
+        return rc;
+    if ((rc = fc_alloc(c, &q, (size_t)(n * nh * dk) * sizeof(float), err)) ||
+        (rc = fc_alloc(c, &o, (size_t)(n * nh * dv) * sizeof(float), err)) ||
+        (rc = fc_alloc(c, &scr, (size_t)(n * nh * (c->n_past + n)) * sizeof(double), err)))
+        goto done;
+    {
+        float *kc = L->k + c->n_past * c->k_w, *vc = L->v + c->n_past * c->v_w;
+        if ((rc = fc_mm(c, q, 0, cur, E, wq, 0, nh * dk, W(c, il, GGUF_ROLE_ATTN_Q_BIAS), n, err)) ||
+            (rc = fc_mm(c, kc, c->k_w, cur, E, wk, 0, nkv * dk, W(c, il, GGUF_ROLE_ATTN_K_BIAS), n,
+                        err)) ||
+            (rc = fc_mm(c, vc, c->v_w, cur, E, wv, 0, nkv * dv, W(c, il, GGUF_ROLE_ATTN_V_BIAS), n,
+                        err)))
+            goto done;
+        const gguf_tensor *qn = W(c, il, GGUF_ROLE_ATTN_Q_NORM),
+                          *kn = W(c, il, GGUF_ROLE_ATTN_K_NORM);
+        if (qn && (rc = fc_norm(c, q, q, n, nh, dk, nh * dk, dk, qn, err)))
+            goto done;
+        if (kn && (rc = fc_norm(c, kc, kc, n, nkv, dk, c->k_w, dk, kn, err)))
+            goto done;
+        const int halfp = rp->type == GGUF_ROPE_HALF;
+        fk_rope(q, n, nh, nh * dk, dk, cs, rp->n_rot / 2, halfp, c->ks);
+        fk_rope(kc, n, nkv, c->k_w, dk, cs, rp->n_rot / 2, halfp, c->ks);
+        fk_attn_args a = {o, nh * dv, q, nh * dk, dk, L->k, c->k_w, dk, L->v, c->v_w, dv,
+                          n, nh, nkv, dk, dv, c->n_past, c->cpu->kq_scale, scr};
+        fk_attn(&a, c->ks);
+        GC_TRY(err, cudaGetLastError());
+        rc = fc_mm(c, out, 0, o, nh * dv, W(c, il, GGUF_ROLE_ATTN_OUT), 0, E, NULL, n, err);
+    }
+done:
+    fc_dfree(c, q);
+    fc_dfree(c, o);
+    fc_dfree(c, scr);
+    return rc;
+}
+
+/* One batched GEMM per MLA expansion: for each head h,
+ * C_h (m x nk, ldc) = op(A_h) (m x R) . lat^T (R x nk, rows KW apart). */
+static int fc_expand(gguf_cuda_fwd *c, bool trans, const float *A, int64_t lda, int64_t strideA,
+                     const float *lat, int64_t KW, int64_t R, int64_t nk, int64_t m, float *C,
+                     int64_t ldc, int64_t strideC, int64_t nh, gguf_error *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    FC_BLAS(err, cublasSgemmStridedBatched(c->blas, trans ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                                           (int)m, (int)nk, (int)R, &one, A, (int)lda, strideA,
+                                           lat, (int)KW, 0, &zero, C, (int)ldc, strideC, (int)nh));
+    return 0;
+}
+
+static int attn_mla(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, const double *cs,
+                    float *out, gguf_error *err)
+{
+    const gguf_hparams *hp = c->hp;
+    const int64_t nh = hp->n_head, nope = hp->qk_nope, rope = hp->qk_rope, dk = nope + rope,
+                  dv = hp->v_head, R = hp->kv_lora_rank, E = hp->n_embd, KW = c->k_w;
+    const int64_t nk_all = c->n_past + n;
+    const fw_rope *rp = &c->cpu->rope;
+    fc_cache *L = &c->lc[il];
+    float *q = NULL, *qr = NULL, *o = NULL, *kb = NULL, *vb = NULL, *kv = NULL, *kx = NULL,
+          *vx = NULL;
+    double *scr = NULL;
+    int64_t kb_n = 0, vb_n = 0, kv_n = 0;
+    int rc;
+    if ((rc = fc_alloc(c, &q, (size_t)(n * nh * dk) * sizeof(float), err)) ||
+        (rc = fc_alloc(c, &o, (size_t)(n * nh * dv) * sizeof(float), err)))
+        goto done;
+    /* glm-dsa: the indexer keeps every key while a query sees at most top-k */
+    if (W(c, il, GGUF_ROLE_IDX_ATTN_K) && W(c, il, GGUF_ROLE_IDX_ATTN_Q_B) &&
+        W(c, il, GGUF_ROLE_IDX_PROJ) && hp->q_lora_rank > 0 && !c->o.dense_indexer) {
+        const int64_t top_k = c->o.idx_top_k > 0 ? c->o.idx_top_k : hp->idx_top_k;
+        if (top_k > 0 && nk_all > top_k) {
+            rc = gguf_fail(err, GGUF_E_UNSUPPORTED, GGUF_NO_OFFSET,
+                           "%s: cuda: the glm-dsa indexer would select %lld of %lld keys; the "
+                           "GPU backend runs it dense only (use --dense-indexer or at most %lld "
+                           "tokens)",
+                           gguf_model_name(c->m), (long long)top_k, (long long)nk_all,
+                           (long long)top_k);
+            goto done;
+        }
+    }
+    if (hp->q_lora_rank > 0) {
+        const gguf_tensor *wqa = W(c, il, GGUF_ROLE_ATTN_Q_A), *wqb = W(c, il, GGUF_ROLE_ATTN_Q_B);
+        if ((rc = need(wqa, il, GGUF_ROLE_ATTN_Q_A, err)) ||
+            (rc = need(wqb, il, GGUF_ROLE_ATTN_Q_B, err)) ||
+            (rc = fc_alloc(c, &qr, (size_t)(n * hp->q_lora_rank) * sizeof(float), err)) ||
+            (rc = fc_mm(c, qr, 0, cur, E, wqa, 0, hp->q_lora_rank, NULL, n, err)) ||
+            (rc = fc_norm(c, qr, qr, n, 1, hp->q_lora_rank, hp->q_lora_rank, 0,
+                          W(c, il, GGUF_ROLE_ATTN_Q_A_NORM), err)) ||
+            (rc = fc_mm(c, q, 0, qr, hp->q_lora_rank, wqb, 0, nh * dk, NULL, n, err)))
+            goto done;
+    } else {
+        const gguf_tensor *wq = W(c, il, GGUF_ROLE_ATTN_Q);
+        if ((rc = need(wq, il, GGUF_ROLE_ATTN_Q, err)) ||
+            (rc = fc_mm(c, q, 0, cur, E, wq, 0, nh * dk, NULL, n, err)))
+            goto done;
+    }
+    {
+        float *lat = L->k + c->n_past * KW;
+        const gguf_tensor *wkva = W(c, il, GGUF_ROLE_ATTN_KV_A_MQA);
+        if ((rc = need(wkva, il, GGUF_ROLE_ATTN_KV_A_MQA, err)) ||
+            (rc = fc_mm(c, lat, KW, cur, E, wkva, 0, KW, NULL, n, err)) ||
+            (rc = fc_norm(c, lat, lat, n, 1, R, KW, 0, W(c, il, GGUF_ROLE_ATTN_KV_A_NORM), err)))
+            goto done;
+        const int halfp = rp->type == GGUF_ROPE_HALF;
+        fk_rope(lat + R, n, 1, KW, 0, cs, rp->n_rot / 2, halfp, c->ks);
+        fk_rope(q + nope, n, nh, nh * dk, dk, cs, rp->n_rot / 2, halfp, c->ks);
+    }
+    /* kv_b expanded per head for every cached position */
+    if ((rc = fc_alloc(c, &kx, (size_t)(nk_all * nh * dk) * sizeof(float), err)) ||
+        (rc = fc_alloc(c, &vx, (size_t)(nk_all * nh * dv) * sizeof(float), err)))
+        goto done;
+    {
+        const gguf_tensor *tkb = W(c, il, GGUF_ROLE_ATTN_K_B), *tvb = W(c, il, GGUF_ROLE_ATTN_V_B),
+                          *tkv = W(c, il, GGUF_ROLE_ATTN_KV_B);
+        if (tkb && tvb) {
+            /* k_b [nh][R][nope], v_b [nh][dv][R] */
+            kb_n = t_rows(tkb) * tkb->ne[0];
+            vb_n = t_rows(tvb) * tvb->ne[0];
+            if ((rc = fc_load(c, tkb, 0, t_rows(tkb), &kb, err)) ||
+                (rc = fc_load(c, tvb, 0, t_rows(tvb), &vb, err)) ||
+                (rc = fc_expand(c, false, kb, nope, R * nope, L->k, KW, R, nk_all, nope, kx,
+                                nh * dk, dk, nh, err)) ||
+                (rc = fc_expand(c, true, vb, R, dv * R, L->k, KW, R, nk_all, dv, vx, nh * dv, dv,
+                                nh, err)))
+                goto done;
+        } else if (tkv) {
+            /* legacy attn_kv_b [nh*(nope+dv)][R]: rows h*(nope+dv)+j */
+            kv_n = t_rows(tkv) * tkv->ne[0];
+            if ((rc = fc_load(c, tkv, 0, t_rows(tkv), &kv, err)) ||
+                (rc = fc_expand(c, true, kv, R, (nope + dv) * R, L->k, KW, R, nk_all, nope, kx,
+                                nh * dk, dk, nh, err)) ||
+                (rc = fc_expand(c, true, kv + nope * R, R, (nope + dv) * R, L->k, KW, R, nk_all,
+                                dv, vx, nh * dv, dv, nh, err)))
+                goto done;
+        } else {
+            rc = need(NULL, il, GGUF_ROLE_ATTN_K_B, err);
+            goto done;
+        }
+        /* k_pe of each position, the same for every head */
+        for (int64_t h = 0; h < nh; h++)
+            GC_TRY(err, cudaMemcpy2DAsync(kx + h * dk + nope, (size_t)(nh * dk) * sizeof(float),
+                                          L->k + R, (size_t)KW * sizeof(float),
+                                          (size_t)rope * sizeof(float), (size_t)nk_all,
+                                          cudaMemcpyDeviceToDevice, c->ks));
+    }
+    if ((rc = fc_alloc(c, &scr, (size_t)(n * nh * nk_all) * sizeof(double), err)))
+        goto done;
+    {
+        fk_attn_args a = {o, nh * dv, q, nh * dk, dk, kx, nh * dk, dk, vx, nh * dv, dv,
+                          n, nh, nh, dk, dv, c->n_past, c->cpu->kq_scale, scr};
+        fk_attn(&a, c->ks);
+        GC_TRY(err, cudaGetLastError());
+    }
+    rc = fc_mm(c, out, 0, o, nh * dv, W(c, il, GGUF_ROLE_ATTN_OUT), 0, E, NULL, n, err);
+done:
+    fc_release(c, kb, kb_n);
+    fc_release(c, vb, vb_n);
+    fc_release(c, kv, kv_n);
+    fc_dfree(c, q);
+    fc_dfree(c, qr);
+    fc_dfree(c, o);
+    fc_dfree(c, kx);
+    fc_dfree(c, vx);
+    fc_dfree(c, scr);
+    return rc;
+}
+
+/* ------------------------------------------------------------ FFN */
+
+static int ffn_swiglu(gguf_cuda_fwd *c, const gguf_tensor *g, const gguf_tensor *u,
+                      const gguf_tensor *d, int64_t row0, int64_t drow0, int64_t n_ff,
+                      const float *x, int64_t n, float *out, gguf_error *err)
+{
+    const int64_t E = c->hp->n_embd;
+    float *hg = NULL, *hu = NULL;
+    int rc;
+    if (!(rc = fc_alloc(c, &hg, (size_t)(n * n_ff) * sizeof(float), err)) &&
+        !(rc = fc_alloc(c, &hu, (size_t)(n * n_ff) * sizeof(float), err)) &&
+        !(rc = fc_mm(c, hg, 0, x, E, g, row0, n_ff, NULL, n, err)) &&
+        !(rc = fc_mm(c, hu, 0, x, E, u, row0, n_ff, NULL, n, err))) {
+        fk_swiglu(hg, hu, n * n_ff, c->ks);
+        rc = fc_mm(c, out, 0, hg, n_ff, d, drow0, E, NULL, n, err);
+    }
+    fc_dfree(c, hg);
+    fc_dfree(c, hu);
+    return rc;
+}
+
+static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, float *out,
+                   gguf_error *err)
+{
+    const gguf_hparams *hp = c->hp;
+    const int64_t E = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used, nff = hp->n_ff_exp;
+    float *dlog = NULL, *xs = NULL, *ys = NULL, *dw = NULL;
+    int32_t *drows = NULL;
+    double *acc = NULL;
+    float *hlog = (float *)malloc((size_t)(n * ne) * sizeof(float) + 1);
+    double *logits = (double *)malloc((size_t)(n * ne) * sizeof(double) + 1);
+    int64_t *ids = (int64_t *)malloc((size_t)(n * nu) * sizeof(int64_t) + 1);
+    double *wts = (double *)malloc((size_t)(n * nu) * sizeof(double) + 1);
+    double *scr = (double *)malloc((size_t)(2 * ne + hp->n_group + 2) * sizeof(double));
+    float *cap = (float *)malloc((size_t)(n * nu) * sizeof(float) * 2 + 1);
+    int32_t *rows = (int32_t *)malloc((size_t)(n * nu) * sizeof(int32_t) + 1);
+    float *roww = (float *)malloc((size_t)(n * nu) * sizeof(float) + 1);
+    int64_t *start = (int64_t *)calloc((size_t)(ne + 1), sizeof(int64_t));
+    float *bias = NULL;
+    const gguf_tensor *bt = W(c, il, GGUF_ROLE_FFN_EXP_PROBS_B);
+    const gguf_tensor *gi = W(c, il, GGUF_ROLE_FFN_GATE_INP),
+                      *ge = W(c, il, GGUF_ROLE_FFN_GATE_EXPS), *ue = W(c, il, GGUF_ROLE_FFN_UP_EXPS),
+                      *de = W(c, il, GGUF_ROLE_FFN_DOWN_EXPS), *gs = W(c, il, GGUF_ROLE_FFN_GATE_SHEXP),
+                      *us = W(c, il, GGUF_ROLE_FFN_UP_SHEXP), *ds = W(c, il, GGUF_ROLE_FFN_DOWN_SHEXP);
+    int rc = 0;
+    if (!hlog || !logits || !ids || !wts || !scr || !cap || !rows || !roww || !start) {
+        rc = fw_nomem(err, "MoE");
+        goto done;
+    }
+    if ((rc = need(gi, il, GGUF_ROLE_FFN_GATE_INP, err)) ||
+        (rc = need(ge, il, GGUF_ROLE_FFN_GATE_EXPS, err)) ||
+        (rc = need(ue, il, GGUF_ROLE_FFN_UP_EXPS, err)) ||
+        (rc = need(de, il, GGUF_ROLE_FFN_DOWN_EXPS, err)))
+        goto done;
+    /* router logits on the GPU, routing on the host (fw_moe_route) */
+    if ((rc = fc_alloc(c, &dlog, (size_t)(n * ne) * sizeof(float), err)) ||
+        (rc = fc_mm(c, dlog, 0, x, E, gi, 0, ne, NULL, n, err)))
+        goto done;
+    GC_TRY(err, cudaMemcpyAsync(hlog, dlog, (size_t)(n * ne) * sizeof(float),
+                                cudaMemcpyDeviceToHost, c->ks));
+    GC_TRY(err, cudaStreamSynchronize(c->ks));
+    for (int64_t i = 0; i < n * ne; i++)
+        logits[i] = hlog[i];
+    if (bt) {
+        bias = (float *)malloc((size_t)bt->ne[0] * sizeof(float) + 1);
+        if (!bias) {
+            rc = fw_nomem(err, "MoE bias");
+            goto done;
+        }
+        if ((rc = gguf_dequant_row(bt->type, bt->data, bias, bt->ne[0], err)))
+            goto done;
+    }
+    {
+        fw_moe_cfg cfg = {ne, nu, hp->gating == GGUF_GATING_SIGMOID ? GGUF_GATING_SIGMOID
+                                                                     : GGUF_GATING_SOFTMAX,
+                          hp->n_group, hp->topk_group, hp->norm_topk,
+                          hp->routed_scale > 0 ? hp->routed_scale : 1.0};
+        for (int64_t t = 0; t < n; t++)
+            fw_moe_route(&cfg, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
+                         GGUF_FWD_F32);
+    }
+    if (c->o.capture) {
+        for (int64_t i = 0; i < n * nu; i++) {
+            cap[i] = (float)ids[i];
+            cap[n * nu + i] = (float)wts[i];
+        }
+        if ((rc = fc_capture_host(c, (int)il, "moe_experts", cap, nu, n, err)) ||
+            (rc = fc_capture_host(c, (int)il, "moe_weights", cap + n * nu, nu, n, err)))
+            goto done;
+    }
+    /* token lists of every expert, expert by expert (the CPU's order) */
+    {
+        int64_t m = 0;
+        for (int64_t e = 0; e < ne; e++) {
+            start[e] = m;
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t k = 0; k < nu; k++)
+                    if (ids[t * nu + k] == e) {
+                        rows[m] = (int32_t)t;
+                        roww[m] = (float)wts[t * nu + k];
+                        m++;
+                    }
+        }
+        start[ne] = m;
+        if ((rc = fc_alloc(c, &drows, (size_t)(m + 1) * sizeof(int32_t), err)) ||
+            (rc = fc_alloc(c, &dw, (size_t)(m + 1) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &xs, (size_t)(n * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &ys, (size_t)(n * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &acc, (size_t)(n * E) * sizeof(double), err)))
+            goto done;
+        GC_TRY(err, cudaMemcpyAsync(drows, rows, (size_t)m * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, c->ks));
+        GC_TRY(err, cudaMemcpyAsync(dw, roww, (size_t)m * sizeof(float), cudaMemcpyHostToDevice,
+                                    c->ks));
+        GC_TRY(err, cudaMemsetAsync(acc, 0, (size_t)(n * E) * sizeof(double), c->ks));
+    }
+    for (int64_t e = 0; e < ne; e++) {
+        const int64_t m = start[e + 1] - start[e];
+        if (m == 0)
+            continue; /* never routed to: never moved */
+        c->st.experts_loaded++;
+        fk_gather(xs, x, drows + start[e], m, E, c->ks);
+        if ((rc = ffn_swiglu(c, ge, ue, de, e * nff, e * E, nff, xs, m, ys, err)))
+            goto done;
+        fk_moe_acc(acc, ys, drows + start[e], dw + start[e], m, E, c->ks);
+    }
+    if (gs && us && ds) {
+        if ((rc = ffn_swiglu(c, gs, us, ds, 0, 0, gs->ne[1], x, n, ys, err)))
+            goto done;
+        fk_acc_out(out, acc, ys, n * E, c->ks);
+    } else {
+        fk_acc_out(out, acc, NULL, n * E, c->ks);
+    }
+    GC_TRY(err, cudaGetLastError());
+    /* the host arrays above were copied from (pageable copies are staged
+     * before they return), so they may be freed */
+done:
+    fc_dfree(c, dlog);
+    fc_dfree(c, xs);
+    fc_dfree(c, ys);
+    fc_dfree(c, dw);
+    fc_dfree(c, drows);
+    fc_dfree(c, acc);
+    free(hlog);
+    free(logits);
+    free(ids);
+    free(wts);
+    free(scr);
+    free(cap);
+    free(rows);
+    free(roww);
+    free(start);
+    free(bias);
+    return rc;
+}
+
+/* ------------------------------------------------------------ context */
+
+static int fc_grow_cache(gguf_cuda_fwd *c, int64_t need_pos, gguf_error *err)
+{
+    if (need_pos <= c->cap)
+        return 0;
+    int64_t cap = c->cap ? c->cap : 64;
+    while (cap < need_pos)
+        cap *= 2;
+    for (int64_t i = 0; i < c->hp->n_layer_main; i++) {
+        fc_cache *l = &c->lc[i];
+        float *k = NULL, *v = NULL;
+        GC_TRY(err, cudaMalloc(&k, (size_t)(cap * c->k_w) * sizeof(float)));
+        if (l->k)
+            GC_TRY(err, cudaMemcpyAsync(k, l->k, (size_t)(c->cap * c->k_w) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, c->ks));
+        GC_TRY(err, cudaStreamSynchronize(c->ks));
+        cudaFree(l->k);
+        l->k = k;
+        if (c->v_w) {
+            cudaError_t e = cudaMalloc(&v, (size_t)(cap * c->v_w) * sizeof(float));
+            if (e != cudaSuccess)
+                return gguf_cuda_fail(err, e, "KV cache");
+            if (l->v)
+                GC_TRY(err, cudaMemcpyAsync(v, l->v, (size_t)(c->cap * c->v_w) * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, c->ks));
+            GC_TRY(err, cudaStreamSynchronize(c->ks));
+            cudaFree(l->v);
+            l->v = v;
+        }
+    }
+    c->cap = cap;
+    return 0;
+}
+
+int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fwd_opts *opts,
+                         const gguf_cuda_fwd_opts *copts, gguf_error *err)
+{
+    if (!out)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda forward: NULL out");
+    *out = NULL;
+    gguf_fwd_opts fo = {};
+    if (opts)
+        fo = *opts;
+    if (fo.precision == GGUF_FWD_F64)
+        return gguf_fail(err, GGUF_E_UNSUPPORTED, GGUF_NO_OFFSET,
+                         "cuda forward: f64 precision is CPU only (the GPU computes f32)");
+    if (fo.mla_mode == GGUF_FWD_MLA_ABSORBED)
+        return gguf_fail(err, GGUF_E_UNSUPPORTED, GGUF_NO_OFFSET,
+                         "cuda forward: absorbed MLA is CPU only (the GPU expands kv_b per head)");
+    gguf_cuda_fwd_opts co = {};
+    if (copts)
+        co = *copts;
+    if (co.device < 0 || co.n_copy_threads < 0 || co.n_copy_threads > 32)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda forward: bad options");
+    gguf_cuda_fwd *c = (gguf_cuda_fwd *)calloc(1, sizeof *c);
+    if (!c)
+        return fw_nomem(err, "context");
+    int rc = gguf_fwd_ctx_create(&c->cpu, m, &fo, err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    c->m = m;
+    c->hp = gguf_model_hparams(m);
+    c->o = fo;
+    c->device = co.device;
+    c->chunk_bytes = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
+    c->n_copy_threads = co.n_copy_threads ? co.n_copy_threads : 8;
+    c->page = sysconf(_SC_PAGESIZE);
+    c->k_w = c->cpu->k_w;
+    c->v_w = c->cpu->v_w;
+    c->lc = (fc_cache *)calloc((size_t)(c->hp->n_layer > 0 ? c->hp->n_layer : 1), sizeof *c->lc);
+    if (!c->lc) {
+        gguf_cuda_fwd_free(c);
+        return fw_nomem(err, "cache");
+    }
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e == cudaSuccess && n_dev < 1)
+        e = cudaErrorNoDevice;
+    if (e != cudaSuccess) {
+        gguf_cuda_fwd_free(c);
+        return gguf_cuda_fail(err, e, "cudaGetDeviceCount");
+    }
+    if (co.device >= n_dev) {
+        gguf_cuda_fwd_free(c);
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                         "cuda forward: device %d, but %d device(s)", co.device, n_dev);
+    }
+#define FC_INIT(call)                                                                         \
+    do {                                                                                      \
+        const cudaError_t e_ = (call);                                                        \
+        if (e_ != cudaSuccess) {                                                              \
+            gguf_cuda_fwd_free(c);                                                            \
+            return gguf_cuda_fail(err, e_, #call);                                            \
+        }                                                                                     \
+    } while (0)
+    FC_INIT(cudaSetDevice(c->device));
+    FC_INIT(cudaStreamCreateWithFlags(&c->ks, cudaStreamNonBlocking));
+    FC_INIT(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking));
+    for (int b = 0; b < 2; b++) {
+        FC_INIT(cudaHostAlloc(&c->pinned[b], c->chunk_bytes, cudaHostAllocDefault));
+        FC_INIT(cudaMalloc(&c->raw[b], c->chunk_bytes));
+        FC_INIT(cudaMalloc((void **)&c->wbuf[b], (size_t)FC_CHUNK_FLOATS * sizeof(float)));
+        FC_INIT(cudaEventCreateWithFlags(&c->h2d_done[b], cudaEventDisableTiming));
+        FC_INIT(cudaEventCreateWithFlags(&c->consumed[b], cudaEventDisableTiming));
+    }
+#undef FC_INIT
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) {
+        c->blas_ok = true;
+        bs = cublasSetStream(c->blas, c->ks);
+    }
+    /* The reference: no TF32, no reduced-precision or split-K tricks that
+     * change with the GPU, no atomics (deterministic). */
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        gguf_cuda_fwd_free(c);
+        return fc_blas_fail(err, bs, "cuBLAS set-up");
+    }
+    /* the two dequantized chunks are always there */
+    c->resident = (uint64_t)FC_CHUNK_FLOATS * sizeof(float) * 2;
+    c->st.peak_weight_bytes = c->resident;
+    *out = c;
+    return 0;
+}
+
+void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
+{
+    if (!c)
+        return;
+    if (c->ks) {
+        (void)cudaSetDevice(c->device);
+        (void)cudaStreamSynchronize(c->ks);
+    }
+    if (c->cs)
+        (void)cudaStreamSynchronize(c->cs);
+    if (c->lc && c->hp)
+        for (int64_t i = 0; i < c->hp->n_layer; i++) {
+            cudaFree(c->lc[i].k);
+            cudaFree(c->lc[i].v);
+        }
+    free(c->lc);
+    for (int b = 0; b < 2; b++) {
+        if (c->pinned[b])
+            cudaFreeHost(c->pinned[b]);
+        cudaFree(c->raw[b]);
+        cudaFree(c->wbuf[b]);
+        if (c->h2d_done[b])
+            cudaEventDestroy(c->h2d_done[b]);
+        if (c->consumed[b])
+            cudaEventDestroy(c->consumed[b]);
+    }
+    if (c->blas_ok)
+        cublasDestroy(c->blas);
+    if (c->ks)
+        cudaStreamDestroy(c->ks);
+    if (c->cs)
+        cudaStreamDestroy(c->cs);
+    gguf_fwd_ctx_free(c->cpu);
+    free(c);
+}
+
+int64_t gguf_cuda_fwd_n_past(const gguf_cuda_fwd *c)
+{
+    return c ? c->n_past : 0;
+}
+
+void gguf_cuda_fwd_stats(const gguf_cuda_fwd *c, gguf_fwd_stats *out, gguf_cuda_fwd_xfer *xfer)
+{
+    if (c && out)
+        *out = c->st;
+    if (c && xfer)
+        *xfer = c->xf;
+}
+
+/* ------------------------------------------------------------ eval */
+
+typedef struct fc_embd_arg {
+    float *dst;
+} fc_embd_arg;
+
+static int fc_embd_chunk(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
+                         gguf_error *err)
+{
+    (void)r0;
+    (void)nr;
+    fc_embd_arg *a = (fc_embd_arg *)arg;
+    GC_TRY(err, cudaMemcpyAsync(a->dst, w, (size_t)c->hp->n_embd * sizeof(float),
+                                cudaMemcpyDeviceToDevice, c->ks));
+    return 0;
+}
+
+static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *logits_out,
+                   gguf_error *err)
+{
+    const gguf_hparams *hp = c->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    float *x = NULL, *cur = NULL, *y = NULL, *lg = NULL;
+    double *cs = NULL;
+    int rc;
+    GC_TRY(err, cudaSetDevice(c->device));
+    if ((rc = fc_grow_cache(c, c->n_past + n, err)))
+        return rc;
+    if ((rc = fc_alloc(c, &x, (size_t)(n * E) * sizeof(float), err)) ||
+        (rc = fc_alloc(c, &cur, (size_t)(n * E) * sizeof(float), err)) ||
+        (rc = fc_alloc(c, &y, (size_t)(n * E) * sizeof(float), err)) ||
+        (rc = fc_rope_table(c, &c->cpu->rope, c->n_past, n, &cs, err)))
+        goto done;
+    {
+        const gguf_tensor *te = W(c, -1, GGUF_ROLE_TOKEN_EMBD);
+        if ((rc = need(te, -1, GGUF_ROLE_TOKEN_EMBD, err)))
+            goto done;
+        for (int64_t t = 0; t < n; t++) {
+            fc_embd_arg a = {x + t * E};
+            if ((rc = fc_stream(c, te, tokens[t], 1, fc_embd_chunk, &a, err)))
+                goto done;
+        }
+        for (int64_t il = 0; il < hp->n_layer_main; il++) {
+            const int L = (int)il;
+            if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, il, GGUF_ROLE_ATTN_NORM), err)) ||
+                (rc = fc_capture(c, L, "attn_norm", cur, E, n, err)))
+                goto done;
+            rc = hp->is_mla ? attn_mla(c, il, cur, n, cs, y, err)
+                            : attn_gqa(c, il, cur, n, cs, y, err);
+            if (rc || (rc = fc_capture(c, L, "attn_out", y, E, n, err)))
+                goto done;
+            fk_add(x, y, n * E, c->ks);
+            if ((rc = fc_capture(c, L, "attn_residual", x, E, n, err)))
+                goto done;
+            const gguf_tensor *fn = W(c, il, GGUF_ROLE_FFN_NORM);
+            if (!fn)
+                fn = W(c, il, GGUF_ROLE_ATTN_POST_NORM);
+            if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, fn, err)) ||
+                (rc = fc_capture(c, L, "ffn_norm", cur, E, n, err)))
+                goto done;
+            if (gguf_model_layer_kind(c->m, il) == GGUF_LAYER_MOE) {
+                rc = ffn_moe(c, il, cur, n, y, err);
+            } else {
+                const gguf_tensor *g = W(c, il, GGUF_ROLE_FFN_GATE),
+                                  *u = W(c, il, GGUF_ROLE_FFN_UP), *d = W(c, il, GGUF_ROLE_FFN_DOWN);
+                if (!(rc = need(g, il, GGUF_ROLE_FFN_GATE, err)) &&
+                    !(rc = need(u, il, GGUF_ROLE_FFN_UP, err)) &&
+                    !(rc = need(d, il, GGUF_ROLE_FFN_DOWN, err)))
+                    rc = ffn_swiglu(c, g, u, d, 0, 0, g->ne[1], cur, n, y, err);
+            }
+            if (rc || (rc = fc_capture(c, L, "ffn_out", y, E, n, err)))
+                goto done;
+            fk_add(x, y, n * E, c->ks);
+            if ((rc = fc_capture(c, L, "residual", x, E, n, err)))
+                goto done;
+        }
+        if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, -1, GGUF_ROLE_OUTPUT_NORM), err)) ||
+            (rc = fc_capture(c, -1, "output_norm", cur, E, n, err)))
+            goto done;
+        if ((rc = fc_alloc(c, &lg, (size_t)(n * V) * sizeof(float), err)))
+            goto done;
+        const gguf_tensor *wo = W(c, -1, GGUF_ROLE_OUTPUT);
+        if (!wo)
+            wo = te; /* tied embeddings */
+        if ((rc = fc_mm(c, lg, 0, cur, E, wo, 0, V, NULL, n, err)) ||
+            (rc = fc_capture(c, -1, "logits", lg, V, n, err)))
+            goto done;
+        if (logits_out) {
+            GC_TRY(err, cudaMemcpyAsync(logits_out, lg, (size_t)(n * V) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, c->ks));
+        }
+        GC_TRY(err, cudaStreamSynchronize(c->ks));
+        GC_TRY(err, cudaGetLastError());
+        c->n_past += n;
+    }
+done:
+    fc_dfree(c, x);
+    fc_dfree(c, cur);
+    fc_dfree(c, y);
+    fc_dfree(c, lg);
+    fc_dfree(c, cs);
+    /* Leave nothing queued behind a failure: the next call starts clean. */
+    cudaError_t se = cudaStreamSynchronize(c->ks);
+    if (!rc && se != cudaSuccess)
+        rc = gguf_cuda_fail(err, se, "forward");
+    return rc;
+}
+
+int gguf_cuda_fwd_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *logits,
+                       gguf_error *err)
+{
+    if (!c || !tokens || n < 1)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "forward: no tokens");
+    const int64_t V = c->hp->n_vocab;
+    for (int64_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                             "forward: token %lld is %d, outside the vocabulary (%lld)",
+                             (long long)t, tokens[t], (long long)V);
+    const double t0 = fc_now();
+    int rc = fc_eval(c, tokens, n, logits, err);
+    const double dt = fc_now() - t0;
+    c->st.seconds += dt;
+    c->xf.stream_seconds += dt;
+    return rc;
+}
+
+/* ------------------------------------------------------------ bandwidth */
+
+int gguf_cuda_h2d_bandwidth(double *bytes_per_s, size_t bytes, int reps, gguf_error *err)
+{
+    if (!bytes_per_s)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda: h2d_bandwidth: NULL out");
+    *bytes_per_s = 0;
+    if (!bytes)
+        bytes = (size_t)256 << 20;
+    if (reps < 1)
+        reps = 5;
+    void *h = NULL, *d = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = 0;
+    cudaError_t e = cudaHostAlloc(&h, bytes, cudaHostAllocDefault);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&d, bytes);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&e0);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&e1);
+    if (e == cudaSuccess)
+        memset(h, 1, bytes);
+    float best = 0;
+    for (int r = 0; r <= reps && e == cudaSuccess; r++) { /* the first is a warm-up */
+        float ms = 0;
+        e = cudaEventRecord(e0, 0);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, 0);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(e1, 0);
+        if (e == cudaSuccess)
+            e = cudaEventSynchronize(e1);
+        if (e == cudaSuccess)
+            e = cudaEventElapsedTime(&ms, e0, e1);
+        if (e == cudaSuccess && r > 0 && (best == 0 || ms < best))
+            best = ms;
+    }
+    if (e != cudaSuccess)
+        rc = gguf_cuda_fail(err, e, "h2d bandwidth");
+    else if (best > 0)
+        *bytes_per_s = (double)bytes / ((double)best * 1e-3);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(d);
+    if (h)
+        cudaFreeHost(h);
+    return rc;
+}

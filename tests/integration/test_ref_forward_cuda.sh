@@ -1,0 +1,46 @@
+#!/bin/bash
+# ref-forward --backend: option checks everywhere; without a GPU (or in a
+# build without CUDA) --backend cuda fails at once with exit 3 and a clear
+# message, before any long work and without leaving an output behind; with a
+# GPU, a cuda run is compared with the CPU record of the same model.
+. "$(dirname "$0")/lib.sh"
+RF=$GGUFKIT_BIN/ref-forward
+"$GEN" model --arch deepseek2 --no-sync "$T/ds.gguf" > /dev/null
+
+# usage: exit 2
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend gpu
+contains "$T/err" "--backend: 'gpu' is not cpu or cuda"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2
+contains "$T/err" "not built yet"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --precision f64
+contains "$T/err" "f64 is CPU only"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --mla absorbed
+contains "$T/err" "absorbed is CPU only"
+
+# --backend cpu is the default
+expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cpu --record "$T/cpu.gguf"
+expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --record "$T/cpu2.gguf"
+expect 0 "$RF" compare "$T/cpu.gguf" "$T/cpu2.gguf"
+
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 &&
+   "$RF" "$T/ds.gguf" --tokens 1 --backend cuda > /dev/null 2>&1; then
+    # a GPU: records compare with the CPU's within the default f32 tolerance
+    expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --record "$T/gpu.gguf"
+    expect 0 "$RF" compare "$T/cpu.gguf" "$T/gpu.gguf"
+    expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --compare "$T/cpu.gguf"
+    contains "$T/out" "logits"
+else
+    # no GPU: exit 3, a message that says what is missing, no output written
+    expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --record "$T/gpu.gguf"
+    if grep -qF "no usable GPU" "$T/err" || grep -qF "built without CUDA" "$T/err"; then
+        pass
+    else
+        fail "no clear message: $(cat "$T/err")"
+    fi
+    contains "$T/err" "--backend cuda"
+    [ ! -e "$T/gpu.gguf" ] && pass || fail "a record was left behind without a GPU"
+    expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --compare "$T/cpu.gguf"
+    expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 -n 4 --backend cuda --json
+    [ ! -s "$T/out" ] && pass || fail "stdout not empty without a GPU: $(head -c 200 "$T/out")"
+fi
+finish

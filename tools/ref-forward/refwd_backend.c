@@ -1,0 +1,144 @@
+/* ref-forward: the CPU and CUDA forward contexts behind one handle. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refwd_backend.h"
+
+#if defined(GGUFKIT_HAVE_CUDA)
+#include "ggufkit_cuda/cuda_device.h"
+#include "ggufkit_cuda/forward_cuda.h"
+#endif
+
+struct refwd_ctx {
+    refwd_backend b;
+    gguf_fwd_ctx *cpu;
+#if defined(GGUFKIT_HAVE_CUDA)
+    gguf_cuda_fwd *gpu;
+#endif
+};
+
+int refwd_backend_parse(const char *s, refwd_backend *out)
+{
+    if (strcmp(s, "cpu") == 0)
+        *out = REFWD_CPU;
+    else if (strcmp(s, "cuda") == 0)
+        *out = REFWD_CUDA;
+    else
+        return -1;
+    return 0;
+}
+
+const char *refwd_backend_name(refwd_backend b)
+{
+    return b == REFWD_CUDA ? "cuda" : "cpu";
+}
+
+#if !defined(GGUFKIT_HAVE_CUDA)
+static int no_cuda(gguf_error *err)
+{
+    err->code = GGUF_E_IO;
+    err->sys_errno = ENODEV;
+    err->offset = GGUF_NO_OFFSET;
+    snprintf(err->message, sizeof err->message,
+             "--backend cuda: this ref-forward was built without CUDA (no nvcc at build time)");
+    return GGUF_E_IO;
+}
+#endif
+
+int refwd_backend_probe(refwd_backend b, gguf_error *err)
+{
+    if (b == REFWD_CPU)
+        return 0;
+#if defined(GGUFKIT_HAVE_CUDA)
+    int n = 0;
+    int rc = gguf_cuda_device_count(&n, err);
+    if (rc && gguf_cuda_no_device(err)) {
+        char why[400];
+        snprintf(why, sizeof why, "%.399s", err->message);
+        snprintf(err->message, sizeof err->message,
+                 "--backend cuda: no usable GPU on this machine (%s); run without --backend "
+                 "cuda for the CPU reference",
+                 why);
+    }
+    return rc;
+#else
+    return no_cuda(err);
+#endif
+}
+
+int refwd_ctx_create(refwd_ctx **out, refwd_backend b, const gguf_model *m,
+                     const gguf_fwd_opts *fo, gguf_error *err)
+{
+    *out = NULL;
+    refwd_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        err->code = GGUF_E_NOMEM;
+        snprintf(err->message, sizeof err->message, "out of memory");
+        return GGUF_E_NOMEM;
+    }
+    c->b = b;
+    int rc;
+    if (b == REFWD_CPU) {
+        rc = gguf_fwd_ctx_create(&c->cpu, m, fo, err);
+    } else {
+#if defined(GGUFKIT_HAVE_CUDA)
+        rc = gguf_cuda_fwd_create(&c->gpu, m, fo, NULL, err);
+#else
+        rc = no_cuda(err);
+#endif
+    }
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int refwd_ctx_eval(refwd_ctx *c, const int32_t *tokens, int64_t n, float *logits,
+                   gguf_error *err)
+{
+#if defined(GGUFKIT_HAVE_CUDA)
+    if (c->gpu)
+        return gguf_cuda_fwd_eval(c->gpu, tokens, n, logits, err);
+#endif
+    return gguf_fwd_eval(c->cpu, tokens, n, logits, err);
+}
+
+int64_t refwd_ctx_n_past(const refwd_ctx *c)
+{
+    if (!c)
+        return 0;
+#if defined(GGUFKIT_HAVE_CUDA)
+    if (c->gpu)
+        return gguf_cuda_fwd_n_past(c->gpu);
+#endif
+    return gguf_fwd_ctx_n_past(c->cpu);
+}
+
+void refwd_ctx_stats(const refwd_ctx *c, gguf_fwd_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!c)
+        return;
+#if defined(GGUFKIT_HAVE_CUDA)
+    if (c->gpu) {
+        gguf_cuda_fwd_stats(c->gpu, out, NULL);
+        return;
+    }
+#endif
+    gguf_fwd_ctx_stats(c->cpu, out);
+}
+
+void refwd_ctx_free(refwd_ctx *c)
+{
+    if (!c)
+        return;
+#if defined(GGUFKIT_HAVE_CUDA)
+    gguf_cuda_fwd_free(c->gpu);
+#endif
+    gguf_fwd_ctx_free(c->cpu);
+    free(c);
+}
