@@ -18,7 +18,7 @@ for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
 done
 
 python3 - "$R" "$T" <<'EOF' && pass || fail "virtual tp checks (details above)"
-import json, subprocess, sys
+import json, os, subprocess, sys
 R, T = sys.argv[1], sys.argv[2]
 TOK = ",".join(str((i * 37 + 5) % 500) for i in range(32))
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "glm4moe", "glm-dsa"]
@@ -59,7 +59,15 @@ EXPECT = {
     "exp-probs-b": ("moe_experts", "moe"), "shared-scaled": ("ffn_out", "moe"),
     # vocab faults act on the embedding: the first capture after it
     "vocab-no-pad": ("attn_norm", 0),
+    "routed-scale-twice": ("moe_weights", "moe"), "shared-double-reduce": ("ffn_out", "moe"),
 }
+# every fault of the catalog must be checked here
+listing = subprocess.run([os.path.join(os.environ["GGUFKIT_BIN"], "shard-plan"), "--list-faults"],
+                         check=True, capture_output=True, text=True).stdout
+catalog = [line.split()[0] for line in listing.splitlines() if line.strip()]
+missing = sorted(set(catalog) - set(EXPECT))
+if missing:
+    bad.append(f"faults of the catalog not checked here: {missing}")
 import gguf
 def first_off_block(arch, tp):
     """The first row-parallel tensor whose per-rank cut is off its type's block
