@@ -7,8 +7,8 @@
  *
  * A Q4_K tensor of GIB GiB (random quants, finite scales) in ordinary
  * (pageable, already resident) host memory, like a GGUF mmap whose pages are
- * cached, is loaded to BF16 on the GPU with several chunk sizes and host copy
- * thread counts. Rate = quantized bytes / wall time of load + sync. The
+ * cached, is loaded to BF16 on the GPU with several chunk sizes, staging
+ * buffer counts and host copy thread counts. Rate = quantized bytes / wall time of load + sync. The
  * baselines are cudaMemcpy of 1 GiB from pinned and from pageable memory.
  * Each figure is the median of 5 runs after one warm-up.
  */
@@ -129,29 +129,31 @@ int main(int argc, char **argv)
            (double)nbytes / (1u << 30), (long long)n, (double)n * 2 / (1u << 30));
     printf("%8s %8s %8s %10s %10s %9s\n", "chunk", "buffers", "threads", "time s", "GB/s",
            "%pinned");
-    static const size_t chunks[] = {(size_t)16 << 20, (size_t)64 << 20};
-    static const int threads[] = {1, 4, 8};
-    for (size_t c = 0; c < 2; c++) {
-        for (size_t t = 0; t < 3; t++) {
-            gguf_cuda_uploader *up;
-            const gguf_cuda_uploader_opts o = {chunks[c], 2, threads[t]};
-            if (gguf_cuda_uploader_create(&up, &o, &e))
-                die("uploader", &e);
-            double tm[RUNS + 1];
-            for (int r = 0; r <= RUNS; r++) {
-                const double t0 = now();
-                if (gguf_cuda_uploader_load(up, GGUF_TYPE_Q4_K, host, n, GGUF_TYPE_BF16, out, &e) ||
-                    gguf_cuda_uploader_sync(up, &e))
-                    die("load", &e);
-                tm[r] = now() - t0;
-            }
-            qsort(tm + 1, RUNS, sizeof tm[0], cmp_d); /* tm[0]: warm-up */
-            const double sec = tm[1 + RUNS / 2], gbs = (double)nbytes / sec / 1e9;
-            printf("%5zu MiB %8d %8d %10.3f %10.1f %8.1f%%\n", chunks[c] >> 20, 2, threads[t], sec,
-                   gbs, 100.0 * gbs / h2d_pinned);
-            fflush(stdout);
-            gguf_cuda_uploader_free(up);
+    static const struct {
+        size_t chunk;
+        int buffers, threads;
+    } cfg[] = {{16u << 20, 2, 1},  {64u << 20, 2, 1},  {64u << 20, 2, 4},  {64u << 20, 2, 8},
+               {64u << 20, 2, 12}, {64u << 20, 2, 16}, {64u << 20, 3, 8},  {64u << 20, 3, 12},
+               {64u << 20, 3, 16}, {16u << 20, 3, 16}, {256u << 20, 3, 16}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        gguf_cuda_uploader *up;
+        const gguf_cuda_uploader_opts o = {cfg[c].chunk, cfg[c].buffers, cfg[c].threads};
+        if (gguf_cuda_uploader_create(&up, &o, &e))
+            die("uploader", &e);
+        double tm[RUNS + 1];
+        for (int r = 0; r <= RUNS; r++) {
+            const double t0 = now();
+            if (gguf_cuda_uploader_load(up, GGUF_TYPE_Q4_K, host, n, GGUF_TYPE_BF16, out, &e) ||
+                gguf_cuda_uploader_sync(up, &e))
+                die("load", &e);
+            tm[r] = now() - t0;
         }
+        qsort(tm + 1, RUNS, sizeof tm[0], cmp_d); /* tm[0]: warm-up */
+        const double sec = tm[1 + RUNS / 2], gbs = (double)nbytes / sec / 1e9;
+        printf("%5zu MiB %8d %8d %10.3f %10.1f %8.1f%%\n", cfg[c].chunk >> 20, cfg[c].buffers,
+               cfg[c].threads, sec, gbs, 100.0 * gbs / h2d_pinned);
+        fflush(stdout);
+        gguf_cuda_uploader_free(up);
     }
     gguf_cuda_free(out);
     free(host);
