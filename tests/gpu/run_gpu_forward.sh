@@ -1,0 +1,143 @@
+#!/bin/bash
+# The GPU forward pass (issue 8) on a GPU machine in one call: build, test,
+# compare with the CPU on every architecture, benchmark. Logs under $OUT.
+#
+#   OUT=/path/to/logs tests/gpu/run_gpu_forward.sh
+#
+# Steps (each logs to $OUT/NAME.log; a summary goes to stdout and
+# $OUT/summary.txt):
+#   build        build-gpufwd-run (sm_90 only; GGUFKIT_CUDA_ARCHITECTURES to change)
+#   test         tests/gpu/test_gpu_forward (GPU vs CPU captures, every arch)
+#   integration  tests/integration/test_ref_forward_cuda.sh (GPU branch)
+#   cli          per architecture: ref-forward --record (CPU), then
+#                ref-forward --backend cuda --compare CPU.gguf (exit 0 = within tolerance)
+#   sanitizer    compute-sanitizer memcheck on the quick test
+#   stream       bench_cuda_forward on a generated ~8 GB MoE model (Q4_K):
+#                weight GB/s into the GPU vs pinned H2D GB/s (target >= 70%)
+#   model20b     a generated ~20B-parameter MoE (Q4_K): 64-token prompt on the
+#                CPU (all cores) and on the GPU, timed, records compared
+# GGUFKIT_SKIP="sanitizer model20b" skips steps. Scratch models go to
+# $GGUFKIT_SCRATCH (default $OUT/scratch, removed at the end).
+set -u -o pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+BUILD=${GGUFKIT_GPU_BUILD:-$ROOT/build-gpufwd-run}
+SCR=${GGUFKIT_SCRATCH:-$OUT/scratch}
+mkdir -p "$SCR"
+SKIP=" ${GGUFKIT_SKIP:-} "
+export LD_LIBRARY_PATH="$ROOT/gpudata/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+NPROC=$(nproc)
+status=0
+SUM=$OUT/summary.txt
+: > "$SUM"
+step() { echo "=== $* ($(date +%T))"; }
+note() { echo "$*" | tee -a "$SUM"; }
+skipped() { case "$SKIP" in *" $1 "*) return 0 ;; esac; return 1; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current \
+    --format=csv 2>&1 | tee "$OUT/gpu.txt"
+nproc > "$OUT/cpu.txt"; free -g >> "$OUT/cpu.txt"; df -h "$SCR" >> "$OUT/cpu.txt"
+
+step "build $BUILD"
+{ cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+    -DGGUFKIT_CUDA_ARCHITECTURES="${GGUFKIT_CUDA_ARCHITECTURES:-90-real}" &&
+  cmake --build "$BUILD" -j"$NPROC" --target ref-forward gguf-gen test_gpu_forward \
+    bench_cuda_forward; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
+RF=$BUILD/tools/ref-forward
+GEN=$BUILD/testdata/gguf-gen
+export GGUFKIT_GEN=$GEN GGUFKIT_BIN=$BUILD/tools GGUFKIT_BUILD=$BUILD GGUFKIT_SRC=$ROOT
+
+step "test_gpu_forward"
+timeout 900 "$BUILD/tests/test_gpu_forward" > "$OUT/test.log" 2>&1
+rc=$?
+cat "$OUT/test.log"
+note "test_gpu_forward rc=$rc"
+[ "$rc" = 0 ] || status=1
+
+step "integration test_ref_forward_cuda.sh"
+bash "$ROOT/tests/integration/test_ref_forward_cuda.sh" > "$OUT/integration.log" 2>&1
+rc=$?
+tail -5 "$OUT/integration.log"
+note "integration rc=$rc"
+[ "$rc" = 0 ] || status=1
+
+step "cli: ref-forward --backend cuda --compare, every architecture"
+TOK=1,17,42,99,3,250,7,11
+: > "$OUT/cli.log"
+for v in "llama" "llama --rope-freqs 8" "qwen2" "qwen3" "qwen3moe" "deepseek2" \
+         "deepseek2 --legacy-kv-b" "deepseek2 --gating softmax" "glm4moe --qk-norm" "glm-dsa" \
+         "llama --type Q4_K" "deepseek2 --type Q8_0"; do
+    name=$(echo "$v" | tr ' ' '_')
+    # shellcheck disable=SC2086
+    "$GEN" model --arch $v --no-sync --force "$SCR/$name.gguf" > /dev/null 2>&1
+    "$RF" "$SCR/$name.gguf" --tokens $TOK --record "$SCR/$name.cpu.gguf" > /dev/null 2>> "$OUT/cli.log"
+    { echo "--- $v"; "$RF" "$SCR/$name.gguf" --tokens $TOK --backend cuda --stats \
+        --compare "$SCR/$name.cpu.gguf"; } >> "$OUT/cli.log" 2>&1
+    rc=$?
+    note "cli $v: rc=$rc"
+    [ "$rc" = 0 ] || status=1
+    rm -f "$SCR/$name.gguf" "$SCR/$name.cpu.gguf"
+done
+
+if ! skipped sanitizer && command -v compute-sanitizer > /dev/null; then
+    step "compute-sanitizer memcheck (quick test)"
+    GGUFKIT_GPU_QUICK=1 timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/test_gpu_forward" > "$OUT/sanitizer-memcheck.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|Invalid" "$OUT/sanitizer-memcheck.log" | head -5
+    note "memcheck rc=$rc"
+fi
+
+if ! skipped stream; then
+    step "stream: bench_cuda_forward on a generated MoE model"
+    M=$SCR/stream-moe.gguf
+    # qwen3moe, 6 layers of 128 experts (4096 x 1536), Q4_K: about 8 GB
+    "$GEN" model --arch qwen3moe --embd 4096 --heads 32 --kv-heads 4 --head-dim 128 \
+        --experts 128 --experts-used 8 --expert-ff 1536 --layers 6 --vocab 32000 --type Q4_K \
+        --no-sync --force "$M" > "$OUT/stream-gen.log" 2>&1
+    ls -la "$M" >> "$OUT/stream-gen.log"
+    : > "$OUT/stream.log"
+    for th in 8 16; do
+        for chunk in 64 256; do
+            "$BUILD/tests/bench_cuda_forward" "$M" 64 $th $chunk >> "$OUT/stream.log" 2>&1
+        done
+    done
+    # a single token routes to few experts: only those move
+    "$BUILD/tests/bench_cuda_forward" "$M" 1 16 64 >> "$OUT/stream.log" 2>&1
+    cat "$OUT/stream.log" | tee -a "$SUM"
+    rm -f "$M"
+fi
+
+if ! skipped model20b; then
+    step "model20b: 64-token prompt, CPU vs GPU"
+    M=$SCR/moe20b.gguf
+    # qwen3moe, 32 layers, 128 experts of 2048 x 768, 32 heads of 128: ~20B parameters
+    "$GEN" model --arch qwen3moe --embd 2048 --heads 32 --kv-heads 4 --head-dim 128 \
+        --experts 128 --experts-used 8 --expert-ff 768 --layers 32 --vocab 32000 --type Q4_K \
+        --no-sync --force "$M" > "$OUT/model20b.log" 2>&1
+    ls -la "$M" >> "$OUT/model20b.log"
+    T64=$(python3 -c "print(','.join(str((i*7919+1)%32000) for i in range(64)))")
+    for side in cuda cpu; do
+        extra=""
+        [ $side = cpu ] && extra="--threads $NPROC"
+        s0=$(date +%s.%N)
+        # shellcheck disable=SC2086
+        timeout 1200 "$RF" "$M" --tokens "$T64" --backend $side $extra --stats \
+            --record "$SCR/20b.$side.gguf" >> "$OUT/model20b.log" 2>&1
+        rc=$?
+        s1=$(date +%s.%N)
+        note "model20b $side: rc=$rc wall=$(awk "BEGIN { printf \"%.1f\", $s1 - $s0 }") s"
+    done
+    "$RF" compare "$SCR/20b.cpu.gguf" "$SCR/20b.cuda.gguf" > "$OUT/model20b-compare.txt" 2>&1
+    rc=$?
+    "$RF" compare "$SCR/20b.cpu.gguf" "$SCR/20b.cuda.gguf" --json > "$OUT/model20b-compare.json" 2>&1
+    tail -15 "$OUT/model20b-compare.txt"
+    note "model20b compare rc=$rc"
+    rm -f "$M" "$SCR"/20b.*.gguf
+fi
+[ -z "${GGUFKIT_SCRATCH:-}" ] && rm -rf "$SCR"
+step "done status=$status"
+note "status=$status"
+exit $status
