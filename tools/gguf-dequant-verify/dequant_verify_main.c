@@ -126,6 +126,7 @@ typedef struct run_state {
     int64_t n_tensors, n_nonfinite_tensors, n_ref_fail, n_ref_ok, n_ref_missing, n_gpu_diff;
     uint64_t total_nan, total_inf;
     bool gpu_ok;
+    bool gpu_failed; /* the GPU was there but a CUDA call failed mid-run */
     char gpu_why[256];
     pending_kvb *kvb;
     int64_t n_kvb;
@@ -406,6 +407,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
             if (dv_gpu_compare_rows(t, dst, r0, nr, &gpu_diff, why, sizeof why) != 0) {
                 gpu_state = -1;
                 rs->gpu_ok = false;
+                rs->gpu_failed = true;
                 snprintf(rs->gpu_why, sizeof rs->gpu_why, "stopped: %.200s", why);
                 fprintf(stderr, "%s: --gpu: %s\n", spec.tool, rs->gpu_why);
             }
@@ -690,7 +692,7 @@ int main(int argc, char **argv)
         if (!o.gpu)
             printf("null");
         else if (!rs.gpu_ok) {
-            printf("{\"status\": \"skipped\", \"reason\": ");
+            printf("{\"status\": \"%s\", \"reason\": ", rs.gpu_failed ? "failed" : "skipped");
             cli_json_str(stdout, rs.gpu_why, SIZE_MAX);
             printf("}");
         } else {
@@ -714,13 +716,16 @@ int main(int argc, char **argv)
         if (o.gpu)
             printf("; GPU%s%s%s: %s", rs.gpu_ok ? " (" : "", rs.gpu_ok ? rs.gpu_why : "",
                    rs.gpu_ok ? ")" : "",
-                   !rs.gpu_ok ? "skipped" : rs.n_gpu_diff ? "DIFFERENT" : "equal bit for bit");
+                   rs.gpu_failed ? "FAILED (see above)" : !rs.gpu_ok ? "skipped"
+                   : rs.n_gpu_diff ? "DIFFERENT" : "equal bit for bit");
         if (o.dump)
             printf("; wrote %s", o.dump);
         printf("\n");
     }
     if (nonfinite_fail || !ok)
         ret = CLI_EXIT_DIFF;
+    else if (rs.gpu_failed)
+        ret = CLI_EXIT_ENV; /* a GPU that errs is an environment failure, not a skip */
     if (fflush(stdout) != 0 || ferror(stdout)) {
         cli_errorf(spec.tool, "cannot write the output");
         ret = CLI_EXIT_ENV;
