@@ -8,6 +8,7 @@
 # $OUT/summary.txt):
 #   build        build-gpufwd-run (sm_90 only; GGUFKIT_CUDA_ARCHITECTURES to change)
 #   test         tests/gpu/test_gpu_forward (GPU vs CPU captures, every arch)
+#   nccl         tests/gpu/test_nccl_comm (2 GPUs: all-reduce, all-gather, dead ranks)
 #   integration  tests/integration/test_ref_forward_cuda.sh (GPU branch)
 #   cli          per architecture: ref-forward --record (CPU), then
 #                ref-forward --backend cuda --compare CPU.gguf (exit 0 = within tolerance)
@@ -44,7 +45,7 @@ step "build $BUILD"
 { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
     -DGGUFKIT_CUDA_ARCHITECTURES="${GGUFKIT_CUDA_ARCHITECTURES:-90-real}" &&
   cmake --build "$BUILD" -j"$NPROC" --target ref-forward gguf-gen test_gpu_forward \
-    bench_cuda_forward; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
+    test_nccl_comm bench_cuda_forward; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
 RF=$BUILD/tools/ref-forward
 GEN=$BUILD/testdata/gguf-gen
 export GGUFKIT_GEN=$GEN GGUFKIT_BIN=$BUILD/tools GGUFKIT_BUILD=$BUILD GGUFKIT_SRC=$ROOT
@@ -55,6 +56,13 @@ rc=$?
 cat "$OUT/test.log"
 note "test_gpu_forward rc=$rc"
 [ "$rc" = 0 ] || status=1
+
+step "test_nccl_comm (2 GPUs; skips with 1)"
+NCCL_NVLS_ENABLE=0 timeout 400 "$BUILD/tests/test_nccl_comm" > "$OUT/nccl.log" 2>&1
+rc=$?
+cat "$OUT/nccl.log"
+note "test_nccl_comm rc=$rc (77 = skipped)"
+[ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
 
 step "integration test_ref_forward_cuda.sh"
 bash "$ROOT/tests/integration/test_ref_forward_cuda.sh" > "$OUT/integration.log" 2>&1
