@@ -8,6 +8,7 @@
  *
  * Results and the command used: docs/benchmarks.md, "Dequantization (CPU)".
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +146,6 @@ typedef struct copy_job {
     size_t n;
 } copy_job;
 
-#include <pthread.h>
 static void *copy_part(void *p)
 {
     copy_job *j = p;
