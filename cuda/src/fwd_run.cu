@@ -65,7 +65,18 @@ struct gguf_cuda_fwd {
     gguf_fwd_stats st;
     gguf_cuda_fwd_xfer xf;
     uint64_t resident;
+    size_t free0; /* free device memory before the context allocated any */
 };
+
+/* Device memory this context holds now (other processes on the GPU count
+ * too: the figure is for a GPU of one's own). */
+static void fc_sample_mem(gguf_cuda_fwd *c)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && c->free0 > fr &&
+        (uint64_t)(c->free0 - fr) > c->xf.device_bytes)
+        c->xf.device_bytes = (uint64_t)(c->free0 - fr);
+}
 
 /* ------------------------------------------------------------ helpers */
 
@@ -848,6 +859,10 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
         }                                                                                     \
     } while (0)
     FC_INIT(cudaSetDevice(c->device));
+    {
+        size_t tot = 0;
+        FC_INIT(cudaMemGetInfo(&c->free0, &tot));
+    }
     FC_INIT(cudaStreamCreateWithFlags(&c->ks, cudaStreamNonBlocking));
     FC_INIT(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking));
     for (int b = 0; b < 2; b++) {
@@ -1004,6 +1019,7 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
             fk_add(x, y, n * E, c->ks);
             if ((rc = fc_capture(c, L, "residual", x, E, n, err)))
                 goto done;
+            fc_sample_mem(c);
         }
         if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, -1, GGUF_ROLE_OUTPUT_NORM), err)) ||
             (rc = fc_capture(c, -1, "output_norm", cur, E, n, err)))
@@ -1020,6 +1036,7 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
             GC_TRY(err, cudaMemcpyAsync(logits_out, lg, (size_t)(n * V) * sizeof(float),
                                         cudaMemcpyDeviceToHost, c->ks));
         }
+        fc_sample_mem(c);
         GC_TRY(err, cudaStreamSynchronize(c->ks));
         GC_TRY(err, cudaGetLastError());
         c->n_past += n;

@@ -9,8 +9,9 @@
  * eval of N_TOKENS (default 64) in a fresh context. Pages are not dropped, so
  * the figure is the streaming path itself, not the disk. The GPU holds two
  * chunks of weights at a time whatever the model's size, so any model larger
- * than the GPU's memory shows the streaming rate. Prints one line of
- * key=value pairs. Exit 77 without a GPU.
+ * than the GPU's memory shows the streaming rate; device_MiB is the most
+ * device memory the context held (against model_MiB of weights). Prints one
+ * line of key=value pairs. Exit 77 without a GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,15 +84,19 @@ int main(int argc, char **argv)
         gguf_set_close(set);
         return 3;
     }
+    uint64_t model_bytes = 0;
+    for (int64_t i = 0; i < gguf_set_tensor_count(set); i++)
+        model_bytes += gguf_set_tensor_at(set, i)->nbytes;
     const double rate = st.seconds > 0 ? (double)xf.h2d_bytes / st.seconds : 0;
     printf("model=%s arch=%s tokens=%lld weight_bytes=%llu chunks=%llu experts_loaded=%llu "
            "seconds=%.3f stream_GBps=%.2f h2d_GBps=%.2f ratio=%.1f%% copy_threads=%d "
-           "chunk_MiB=%zu\n",
+           "chunk_MiB=%zu device_MiB=%.0f model_MiB=%.0f\n",
            argv[1], gguf_model_hparams(m)->arch_name, (long long)n,
            (unsigned long long)xf.h2d_bytes, (unsigned long long)xf.chunks,
            (unsigned long long)st.experts_loaded, st.seconds, rate / 1e9, h2d / 1e9,
            h2d > 0 ? 100.0 * rate / h2d : 0.0, co.n_copy_threads ? co.n_copy_threads : 8,
-           co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64);
+           co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64, (double)xf.device_bytes / 1048576.0,
+           (double)model_bytes / 1048576.0);
     gguf_model_free(m);
     gguf_set_close(set);
     return 0;

@@ -69,6 +69,10 @@ typedef struct gguf_cuda_fwd_xfer {
     uint64_t h2d_bytes;     /* quantized weight bytes copied to the GPU */
     uint64_t chunks;        /* chunks streamed */
     double stream_seconds;  /* wall time of evals spent streaming + computing */
+    uint64_t device_bytes;  /* most device memory the context held, sampled after
+                               every block (cudaMemGetInfo against the free memory
+                               before the context was created): staging, weights,
+                               activations, KV cache, cuBLAS workspace */
 } gguf_cuda_fwd_xfer;
 
 typedef struct gguf_cuda_fwd gguf_cuda_fwd;
