@@ -1023,9 +1023,12 @@ template <int T> GC_DEV ctx make_ctx()
 template <int T, int A>
 __global__ void __launch_bounds__(256, GC_MIN_BLOCKS)
     k_dequant(const uint8_t *__restrict__ src, void *__restrict__ dst, uint64_t n_units, int vec,
-              uint32_t out_type)
+              uint32_t out_type, uint64_t src_row_stride, uint64_t dst_row_bytes)
 {
     using D = dq<T>;
+    /* rectangles: blockIdx.y is the row, n_units the units of one row */
+    src += (uint64_t)blockIdx.y * src_row_stride;
+    dst = (uint8_t *)dst + (uint64_t)blockIdx.y * dst_row_bytes;
     constexpr int UPB = D::QK / 8; /* units per block: a power of two */
     static_assert((UPB & (UPB - 1)) == 0, "units per block");
     __shared__ stage st;
@@ -1109,7 +1112,9 @@ __global__ void k_dequant_tail(const uint8_t *__restrict__ src, void *__restrict
 struct gc_launch {
     const uint8_t *src;
     void *dst;
-    uint64_t n;          /* elements */
+    uint64_t n;          /* elements (of each row) */
+    uint64_t n_rows;     /* rows (1: one contiguous run) */
+    uint64_t src_row_stride; /* bytes from one row's source to the next */
     uint32_t out_type;   /* GGUF_TYPE_F32 / F16 / BF16 */
     int src_align;       /* alignment of src in bytes (1, 2, 4, 8, 16 ...) */
     int vec;             /* dst is 16-byte aligned */
@@ -1129,16 +1134,23 @@ template <int T> cudaError_t gc_launch_type(const gc_launch *l)
 {
     using D = gc::dq<T>;
     const uint64_t n_units = l->n / 8;
-    if (n_units > 0) {
-        uint64_t blocks = (n_units + 255) / 256;
-        if (blocks > l->max_blocks)
-            blocks = l->max_blocks;
+    const uint64_t out_size = l->out_type == GGUF_TYPE_F32 ? 4 : 2;
+    const uint64_t rows = l->n_rows ? l->n_rows : 1;
+    for (uint64_t r0 = 0; n_units > 0 && r0 < rows; r0 += 65535) {
+        const uint64_t nr = rows - r0 < 65535 ? rows - r0 : 65535;
+        uint64_t blocks = (n_units + 255) / 256, cap = l->max_blocks / nr;
+        if (cap < 1)
+            cap = 1;
+        if (blocks > cap)
+            blocks = cap;
         /* A: the block-start alignment we can promise, at most D::MAXA */
         const int a = l->src_align;
-        const dim3 grid((unsigned)blocks), block(256);
+        const dim3 grid((unsigned)blocks, (unsigned)nr), block(256);
+        const uint8_t *src = l->src + r0 * l->src_row_stride;
+        void *dst = (uint8_t *)l->dst + r0 * l->n * out_size;
 #define GC_GO(A)                                                                               \
-    gc::k_dequant<T, A><<<grid, block, 0, l->stream>>>(l->src, l->dst, n_units, l->vec,        \
-                                                       l->out_type)
+    gc::k_dequant<T, A><<<grid, block, 0, l->stream>>>(src, dst, n_units, l->vec, l->out_type, \
+                                                       l->src_row_stride, l->n * out_size)
         if (a >= D::MAXA)
             GC_GO(D::MAXA);
         else

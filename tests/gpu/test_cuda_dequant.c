@@ -341,6 +341,94 @@ START_TEST(tc_stream)
 }
 END_TEST
 
+/* ---- rectangles (tensor-parallel slices) -------------------------------- */
+
+static int64_t check_slice(uint32_t type, int64_t ne0, int64_t rows, int64_t row0, int64_t nr,
+                           int64_t col0, int64_t nc, uint32_t out_type, uint64_t seed)
+{
+    const gguf_type_info *ti = gguf_type_get(type);
+    const size_t nbytes = (size_t)(ne0 / ti->block_size) * ti->type_size * (size_t)rows;
+    const size_t os = out_size(out_type);
+    const int64_t n = nr * nc;
+    uint8_t *host = malloc(nbytes);
+    float *ref = malloc((size_t)n * 4 + 4);
+    uint8_t *got = malloc((size_t)n * os + 4);
+    ck_assert(host && ref && got);
+    uint64_t st = seed;
+    hd_fill(&st, host, nbytes);
+    gguf_error e;
+    const gguf_dequant_opts o = {.path = GGUF_DEQUANT_SCALAR};
+    ck_assert_msg(gguf_dequant_slice(type, host, ne0, rows, row0, nr, col0, nc, ref, &o, &e) == 0,
+                  "cpu slice: %s", ERRMSG(e));
+    void *dsrc, *ddst;
+    ck_assert_int_eq(gguf_cuda_malloc(&dsrc, nbytes, &e), 0);
+    ck_assert_int_eq(gguf_cuda_malloc(&ddst, (size_t)n * os + 4, &e), 0);
+    ck_assert_int_eq(gguf_cuda_memcpy(dsrc, host, nbytes, &e), 0);
+    ck_assert_int_eq(gguf_cuda_memset_async(ddst, 0xA5, (size_t)n * os, NULL, &e), 0);
+    ck_assert_msg(gguf_cuda_dequant_slice(type, dsrc, ne0, rows, row0, nr, col0, nc, out_type,
+                                          ddst, NULL, &e) == 0 &&
+                      gguf_cuda_stream_sync(NULL, &e) == 0,
+                  "gpu slice %s: %s", ti->name, ERRMSG(e));
+    ck_assert_int_eq(gguf_cuda_memcpy(got, ddst, (size_t)n * os, &e), 0);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w = 0, g = 0;
+        if (os == 4)
+            memcpy(&w, &ref[i], 4);
+        else
+            w = out_type == GGUF_TYPE_F16 ? gguf_fp32_to_fp16(ref[i]) : gguf_fp32_to_bf16(ref[i]);
+        memcpy(&g, got + (size_t)i * os, os);
+        if (g != w && !bad++)
+            fprintf(stderr, "MISMATCH slice %s -> %s [%lld,+%lld)x[%lld,+%lld) at %lld: gpu %08x "
+                            "cpu %08x\n",
+                    ti->name, gguf_type_name(out_type), (long long)row0, (long long)nr,
+                    (long long)col0, (long long)nc, (long long)i, g, w);
+    }
+    gguf_cuda_free(dsrc);
+    gguf_cuda_free(ddst);
+    free(host);
+    free(ref);
+    free(got);
+    return bad;
+}
+
+START_TEST(tc_slices)
+{
+    int64_t bad = 0;
+    for (uint32_t t = 0; t < GGUF_TYPE_COUNT; t++) {
+        if (!gguf_dequant_supported(t))
+            continue;
+        const int64_t qk = gguf_type_get(t)->block_size;
+        if (qk == 1) { /* plain: rows of 45, a slice of 21 columns (tails) */
+            bad += check_slice(t, 45, 37, 5, 20, 3, 21, GGUF_TYPE_F32, 11 + t);
+            bad += check_slice(t, 48, 9, 1, 7, 8, 32, GGUF_TYPE_BF16, 12 + t);
+        } else {
+            bad += check_slice(t, 6 * qk, 37, 5, 20, qk, 3 * qk, GGUF_TYPE_F32, 13 + t);
+            bad += check_slice(t, 6 * qk, 37, 0, 37, 0, 6 * qk, GGUF_TYPE_BF16, 14 + t);
+            bad += check_slice(t, 5 * qk, 11, 3, 8, 4 * qk, qk, GGUF_TYPE_F16, 15 + t);
+        }
+    }
+    /* more rows than one launch's grid.y (65535) */
+    bad += check_slice(GGUF_TYPE_Q4_0, 64, 70001, 1, 70000, 32, 32, GGUF_TYPE_F32, 99);
+    ck_assert_msg(bad == 0, "%lld elements differ", (long long)bad);
+
+    gguf_error e;
+    void *d;
+    ck_assert_int_eq(gguf_cuda_malloc(&d, 1 << 16, &e), 0);
+    ck_assert_int_eq(gguf_cuda_dequant_slice(GGUF_TYPE_Q4_0, d, 64, 4, 0, 4, 16, 32,
+                                             GGUF_TYPE_F32, d, NULL, &e), GGUF_E_BAD_SHAPE);
+    ck_assert_int_eq(gguf_cuda_dequant_slice(GGUF_TYPE_Q4_0, d, 64, 4, 2, 3, 0, 32,
+                                             GGUF_TYPE_F32, d, NULL, &e), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_cuda_dequant_slice(GGUF_TYPE_Q4_0, d, 64, 4, 0, 1, 64, 32,
+                                             GGUF_TYPE_F32, d, NULL, &e), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_cuda_dequant_slice(GGUF_TYPE_Q4_0, d, 64, 4, 0, 0, 0, 32,
+                                             GGUF_TYPE_F32, d, NULL, &e), 0);
+    ck_assert_int_eq(gguf_cuda_dequant_slice(4, d, 64, 4, 0, 1, 0, 32, GGUF_TYPE_F32, d, NULL,
+                                             &e), GGUF_E_BAD_TYPE);
+    gguf_cuda_free(d);
+}
+END_TEST
+
 /* ---- every tensor of real files ----------------------------------------- */
 
 static int64_t g_file_bad, g_files, g_tensors;
@@ -416,6 +504,7 @@ int main(void)
     if (full)
         tcase_add_test(tc, tc_every_type_random);
     tcase_add_test(tc, tc_every_type_special);
+    tcase_add_test(tc, tc_slices);
     if (full) {
         tcase_add_test(tc, tc_large);
         tcase_add_test(tc, tc_real_files);

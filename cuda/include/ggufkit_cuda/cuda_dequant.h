@@ -61,6 +61,22 @@ int gguf_cuda_dequant(uint32_t type, const void *src, float *dst, int64_t n,
 int gguf_cuda_dequant_to(uint32_t type, const void *src, uint32_t out_type, void *dst,
                          int64_t n, gguf_cuda_stream *stream, gguf_error *err);
 
+/*
+ * A rectangle of a tensor seen as n_rows_total rows of ne0 elements (packed,
+ * as in a GGUF file, at tensor_data in device memory): rows [row0, row0 +
+ * n_rows) and columns [col0, col0 + n_cols), into dst as n_rows x n_cols
+ * packed elements of out_type. Only the blocks inside the rectangle are read:
+ * a tensor-parallel rank's slice comes straight from the whole tensor.
+ * Same bits as gguf_dequant_slice() on the CPU.
+ * @return as gguf_cuda_dequant_to; GGUF_E_BAD_SHAPE when ne0, col0 or n_cols
+ *         is not a multiple of the block size; GGUF_E_INVALID when the
+ *         rectangle is not inside the tensor.
+ */
+int gguf_cuda_dequant_slice(uint32_t type, const void *tensor_data, int64_t ne0,
+                            int64_t n_rows_total, int64_t row0, int64_t n_rows, int64_t col0,
+                            int64_t n_cols, uint32_t out_type, void *dst,
+                            gguf_cuda_stream *stream, gguf_error *err);
+
 #ifdef __cplusplus
 }
 #endif
