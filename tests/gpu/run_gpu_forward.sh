@@ -17,6 +17,13 @@
 #                weight GB/s into the GPU vs pinned H2D GB/s (target >= 70%)
 #   model20b     a generated ~20B-parameter MoE (Q4_K): 64-token prompt on the
 #                CPU (all cores) and on the GPU, timed, records compared
+# GGUFKIT_GPU_BUILD=DIR uses a tree built elsewhere (same CUDA; sm_90) that holds
+# tools/ref-forward, testdata/gguf-gen, tests/test_gpu_forward, tests/test_nccl_comm and
+# tests/bench_cuda_forward, instead of building here. Prebuild with:
+#   cmake -S . -B build-gpufwd-run -DGGUFKIT_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+#         -DGGUFKIT_CUDA_ARCHITECTURES=90-real
+#   cmake --build build-gpufwd-run -j2 --target ref-forward gguf-gen test_gpu_forward \
+#         test_nccl_comm bench_cuda_forward
 # GGUFKIT_SKIP="sanitizer model20b" skips steps. Scratch models go to
 # $GGUFKIT_SCRATCH (default $OUT/scratch, removed at the end).
 set -u -o pipefail
@@ -41,11 +48,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pc
     --format=csv 2>&1 | tee "$OUT/gpu.txt"
 nproc > "$OUT/cpu.txt"; free -g >> "$OUT/cpu.txt"; df -h "$SCR" >> "$OUT/cpu.txt"
 
+if [ -x "$BUILD/tools/ref-forward" ] && [ -x "$BUILD/testdata/gguf-gen" ] &&
+   [ -x "$BUILD/tests/test_gpu_forward" ] && [ -x "$BUILD/tests/test_nccl_comm" ] &&
+   [ -x "$BUILD/tests/bench_cuda_forward" ] && [ -n "${GGUFKIT_GPU_BUILD:-}" ]; then
+    step "prebuilt $BUILD"
+    echo "prebuilt tree $BUILD" > "$OUT/build.log"
+else
 step "build $BUILD"
 { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
     -DGGUFKIT_CUDA_ARCHITECTURES="${GGUFKIT_CUDA_ARCHITECTURES:-90-real}" &&
   cmake --build "$BUILD" -j"$NPROC" --target ref-forward gguf-gen test_gpu_forward \
     test_nccl_comm bench_cuda_forward; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
+fi
 RF=$BUILD/tools/ref-forward
 GEN=$BUILD/testdata/gguf-gen
 export GGUFKIT_GEN=$GEN GGUFKIT_BIN=$BUILD/tools GGUFKIT_BUILD=$BUILD GGUFKIT_SRC=$ROOT
