@@ -295,6 +295,7 @@ int main(void)
                  gen, path);
         gguf_set *set = NULL;
         gguf_model *m = NULL;
+        int rc;
         if (system(cmd) == 0 && !gguf_set_open(&set, path, NULL, &err) &&
             !gguf_model_open(&m, set, &err)) {
             gguf_fwd_opts fo = {0};
@@ -319,6 +320,24 @@ int main(void)
             fo.mla_mode = GGUF_FWD_MLA_PLAIN;
             if (gguf_cuda_fwd_create(&gc, m, &fo, &co, &err) != GGUF_E_INVALID) {
                 printf("FAIL refuse: device %d of %d is not GGUF_E_INVALID\n", n_dev, n_dev);
+                failed++;
+            }
+            gguf_cuda_fwd_free(gc);
+            gc = NULL;
+            /* out of memory is GGUF_E_NOMEM (tools: exit 3), with nothing left behind */
+            co.device = 0;
+            co.chunk_bytes = (size_t)1 << 42; /* 4 TiB of staging */
+            rc = gguf_cuda_fwd_create(&gc, m, &fo, &co, &err);
+            if (rc != GGUF_E_NOMEM || gc) {
+                printf("FAIL refuse: 4 TiB staging gives %d (%s), not GGUF_E_NOMEM\n", rc,
+                       err.message);
+                failed++;
+            }
+            gguf_cuda_fwd_free(gc);
+            gc = NULL;
+            co.chunk_bytes = 0;
+            if ((rc = gguf_cuda_fwd_create(&gc, m, &fo, &co, &err))) {
+                printf("FAIL refuse: no context after an out-of-memory one: %s\n", err.message);
                 failed++;
             }
             gguf_cuda_fwd_free(gc);
