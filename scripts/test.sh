@@ -3,7 +3,7 @@
 #   1. a warnings-as-errors build and every ctest test (unit, integration, interop,
 #      fuzz corpus replay; GPU tests skip without a GPU);
 #   2. an ASan+UBSan build running the unit tests and the fuzz corpus;
-#   3. a bounded libFuzzer run of the parser.
+#   3. a bounded libFuzzer run of every fuzz target (parser, records).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -17,13 +17,17 @@ cmake -S "$here" -B "$here/build-asan" -DGGUFKIT_SANITIZE=ON -DGGUFKIT_CUDA=OFF 
 cmake --build "$here/build-asan" -j"$jobs"
 (cd "$here/build-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L 'unit|fuzz' --timeout 900)
 
-echo "== libFuzzer: parser, 60 seconds" >&2
+echo "== libFuzzer: every fuzz target, 45 seconds each" >&2
 cmake -S "$here" -B "$here/build-fuzz" -DCMAKE_C_COMPILER=clang -DGGUFKIT_FUZZ=ON \
       -DGGUFKIT_CUDA=OFF -DGGUFKIT_TESTS=ON >/dev/null
-cmake --build "$here/build-fuzz" -j"$jobs" --target fuzz_parser
-work=$(mktemp -d)
-cp "$here"/tests/fuzz/corpus/parser/* "$work"/
-"$here/build-fuzz/tests/fuzz/fuzz_parser" -max_total_time=60 -rss_limit_mb=2048 \
-    -max_len=65536 "$work" 2>&1 | tail -n 3
-rm -rf "$work"
+for src in "$here"/tests/fuzz/fuzz_*.c; do
+    name=$(basename "$src" .c)
+    cmake --build "$here/build-fuzz" -j"$jobs" --target "$name" >/dev/null
+    work=$(mktemp -d)
+    cp "$here/tests/fuzz/corpus/${name#fuzz_}"/* "$work"/
+    echo "-- $name" >&2
+    "$here/build-fuzz/tests/fuzz/$name" -max_total_time=45 -rss_limit_mb=2048 -max_len=65536 \
+        "$work" 2>&1 | tail -n 2
+    rm -rf "$work"
+done
 echo "all test stages passed"
