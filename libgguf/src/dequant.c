@@ -8,6 +8,9 @@
 #include "gguf/types.h"
 
 #include <errno.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -109,8 +112,12 @@ const char *gguf_dequant_path_name(int path)
 static bool cpu_has_avx2(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    /* AVX2 through the compiler (it also checks that the OS saves the YMM
+     * state); F16C straight from CPUID leaf 1, ECX bit 29, because some clang
+     * versions do not know "f16c" as a __builtin_cpu_supports name. */
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 #else
     return false;
 #endif

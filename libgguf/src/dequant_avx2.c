@@ -33,18 +33,34 @@ AVX2 static inline void st8_i8_mul(float *y, __m128i v, __m256 d)
     _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d));
 }
 
+/* gguf_nan_first for eight lanes: where r is NaN and a or b is, the first
+ * NaN of (a, b), made quiet. The compiler may commute the add/sub below, so
+ * the rule is applied explicitly, as in the reference. */
+AVX2 static inline __m256 nan_first8(__m256 r, __m256 a, __m256 b)
+{
+    const __m256 rn = _mm256_cmp_ps(r, r, _CMP_UNORD_Q);
+    if (!_mm256_movemask_ps(rn))
+        return r;
+    const __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000));
+    const __m256 an = _mm256_cmp_ps(a, a, _CMP_UNORD_Q), bn = _mm256_cmp_ps(b, b, _CMP_UNORD_Q);
+    const __m256 pick = _mm256_or_ps(_mm256_blendv_ps(b, a, an), quiet);
+    return _mm256_blendv_ps(r, pick, _mm256_and_ps(rn, _mm256_or_ps(an, bn)));
+}
+
 /* y[0..7] = d * (float)q - m */
 AVX2 static inline void st8_i8_mul_sub(float *y, __m128i v, __m256 d, __m256 m)
 {
     const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(d, q), m));
+    const __m256 p = _mm256_mul_ps(d, q);
+    _mm256_storeu_ps(y, nan_first8(_mm256_sub_ps(p, m), p, m));
 }
 
 /* y[0..7] = (float)q * d + m */
 AVX2 static inline void st8_i8_mul_add(float *y, __m128i v, __m256 d, __m256 m)
 {
     const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-    _mm256_storeu_ps(y, _mm256_add_ps(_mm256_mul_ps(q, d), m));
+    const __m256 p = _mm256_mul_ps(q, d);
+    _mm256_storeu_ps(y, nan_first8(_mm256_add_ps(p, m), p, m));
 }
 
 /* 32 signed bytes times d */

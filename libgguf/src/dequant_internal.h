@@ -45,6 +45,27 @@ static inline uint32_t gguf_f32_to_bits(float f)
     return u;
 }
 
+/*
+ * NaN propagation made explicit. When both operands of an add or subtract
+ * can be NaN (q*d + m with NaN d and m; dl*q - ml with NaN d and dmin), IEEE
+ * leaves open which NaN comes out, and compilers commute such operations
+ * freely (clang does, also for intrinsics), so the bits would depend on the
+ * compiler. Every path therefore returns, for a NaN result: the first NaN
+ * operand in formula order, made quiet (what x86 hardware does when the
+ * operands are in that order); a NaN made from no NaN (Inf - Inf) stays the
+ * default NaN the hardware produced.
+ */
+static inline float gguf_nan_first(float r, float a, float b)
+{
+    if (r == r)
+        return r;
+    if (a != a)
+        return gguf_bits_to_f32(gguf_f32_to_bits(a) | 0x00400000u);
+    if (b != b)
+        return gguf_bits_to_f32(gguf_f32_to_bits(b) | 0x00400000u);
+    return r;
+}
+
 /* MXFP4: E8M0 halved (the E2M1 table is doubled), bit-exact with ggml. */
 static inline float gguf_e8m0_half(uint8_t e)
 {

@@ -19,7 +19,25 @@
 
 #include <stddef.h>
 
+/* No fused multiply-add: ggml and gguf-py round after every operation. GCC
+ * does not contract in ISO C mode (-std=c11); clang needs to be told. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define OFF(type, field) offsetof(type, field)
+
+/* a*b + c and a*b - c with the NaN rule of gguf_nan_first */
+static inline float mul_add(float a, float b, float c)
+{
+    const float p = a * b;
+    return gguf_nan_first(p + c, p, c);
+}
+static inline float mul_sub(float a, float b, float c)
+{
+    const float p = a * b;
+    return gguf_nan_first(p - c, p, c);
+}
 
 /* ======================================================================
  * Plain types: F32, F16, BF16, F64, I8, I16, I32, I64 (one element a block)
@@ -110,8 +128,8 @@ static void dq_q4_1(const uint8_t *s, float *y, int64_t nb)
         const float m = gguf_rd_f16(s + OFF(gguf_block_q4_1, m));
         const uint8_t *qs = s + OFF(gguf_block_q4_1, qs);
         for (int j = 0; j < 16; j++) {
-            y[j] = (float)(qs[j] & 15) * d + m;
-            y[j + 16] = (float)(qs[j] >> 4) * d + m;
+            y[j] = mul_add((float)(qs[j] & 15), d, m);
+            y[j + 16] = mul_add((float)(qs[j] >> 4), d, m);
         }
     }
 }
@@ -141,8 +159,8 @@ static void dq_q5_1(const uint8_t *s, float *y, int64_t nb)
         for (int j = 0; j < 16; j++) {
             const int lo = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4);
             const int hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            y[j] = (float)lo * d + m;
-            y[j + 16] = (float)hi * d + m;
+            y[j] = mul_add((float)lo, d, m);
+            y[j + 16] = mul_add((float)hi, d, m);
         }
     }
 }
@@ -212,7 +230,7 @@ static void dq_q2_k(const uint8_t *s, float *y, int64_t nb)
             const float dl = d * (float)(sc[k] & 15);
             const float ml = dmin * (float)(sc[k] >> 4);
             const int q = (qs[32 * h + l] >> (2 * j)) & 3;
-            y[e] = dl * (float)q - ml;
+            y[e] = mul_sub(dl, (float)q, ml);
         }
     }
 }
@@ -266,7 +284,7 @@ static void dq_q4_k(const uint8_t *s, float *y, int64_t nb)
             const float dl = d * (float)scale, ml = dmin * (float)min;
             const int c = k / 2, shift = 4 * (k % 2);
             for (int l = 0; l < 32; l++)
-                y[32 * k + l] = dl * (float)((qs[32 * c + l] >> shift) & 15) - ml;
+                y[32 * k + l] = mul_sub(dl, (float)((qs[32 * c + l] >> shift) & 15), ml);
         }
     }
 }
@@ -286,7 +304,7 @@ static void dq_q5_k(const uint8_t *s, float *y, int64_t nb)
             const int c = k / 2, shift = 4 * (k % 2);
             for (int l = 0; l < 32; l++) {
                 const int q = ((qs[32 * c + l] >> shift) & 15) | (((qh[l] >> k) & 1) << 4);
-                y[32 * k + l] = dl * (float)q - ml;
+                y[32 * k + l] = mul_sub(dl, (float)q, ml);
             }
         }
     }

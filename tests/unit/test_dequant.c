@@ -683,6 +683,34 @@ START_TEST(paths_fp4_all_scales)
 }
 END_TEST
 
+/* Two NaN operands (Q4_1's d and m, Q4_K's d and dmin): the result is the
+ * first NaN in formula order, made quiet, on every path and with any
+ * compiler (found by fuzz_dequant under clang, which commuted the add). */
+START_TEST(two_nan_operands)
+{
+    uint8_t b[144];
+    float y[256];
+    memset(b, 0x33, sizeof b);
+    put16(b, 0x7C01);     /* d: signalling NaN, payload 1 */
+    put16(b + 2, 0xFE02); /* m: negative quiet NaN, payload 2 */
+    dq(GGUF_TYPE_Q4_1, b, y, 32);
+    for (int j = 0; j < 32; j++)
+        ck_assert_uint_eq(bits(y[j]), 0x7FC02000u); /* d's NaN, quiet */
+    put16(b, 0x3C00);     /* d = 1: now m's NaN comes out */
+    dq(GGUF_TYPE_Q4_1, b, y, 32);
+    ck_assert_uint_eq(bits(y[0]), 0xFFC04000u);
+    memset(b, 0x21, sizeof b);
+    put16(b, 0xFC05);     /* Q4_K d: negative signalling NaN */
+    put16(b + 2, 0x7E07); /* dmin: quiet NaN */
+    dq(GGUF_TYPE_Q4_K, b, y, 256);
+    for (int e = 0; e < 256; e++)
+        ck_assert_uint_eq(bits(y[e]), 0xFFC0A000u);
+    put16(b, 0x3C00);
+    dq(GGUF_TYPE_Q4_K, b, y, 256);
+    ck_assert_uint_eq(bits(y[0]), 0x7FC0E000u); /* dmin's NaN */
+}
+END_TEST
+
 /* ====================================================================
  * Threads, pools, slices
  * ==================================================================== */
@@ -924,6 +952,7 @@ static Suite *dequant_suite(void)
     tcase_add_loop_test(tc, paths_random, 0, GGUF_TYPE_COUNT);
     tcase_add_loop_test(tc, paths_special_scales, 0, GGUF_TYPE_COUNT);
     tcase_add_test(tc, paths_fp4_all_scales);
+    tcase_add_test(tc, two_nan_operands);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("rows");
