@@ -34,29 +34,10 @@ extern "C" {
 #include "fwd_cuda_internal.h"
 #include "ggufkit_cuda/cuda_dequant.h"
 #include "ggufkit_cuda/forward_cuda.h"
+#include "ggufkit_cuda/host_copy.h"
 
 #define FC_CHUNK_BYTES_DEFAULT ((size_t)64 << 20)
 #define FC_CHUNK_FLOATS ((int64_t)32 << 20) /* 128 MiB of dequantized floats */
-
-/* A fixed team of copy threads, started with the context: one memcpy from
- * the page cache runs at a fraction of PCIe speed, and an MoE layer streams
- * thousands of small chunks (one expert's matrix each), too many to start
- * threads for each. The caller copies part 0 itself. */
-#define FC_MAX_COPY 32
-
-typedef struct fc_pool {
-    pthread_t th[FC_MAX_COPY];
-    int n_started;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    uint64_t gen;     /* job generation: workers run each once */
-    int pending;      /* workers still copying the current job */
-    bool quit;
-    char *dst;
-    const char *src;
-    size_t n, per;
-    int parts;
-} fc_pool;
 
 typedef struct fc_cache {
     float *k; /* [cap][k_w]: GQA keys, or the MLA latent [kv_cmpr | k_pe] */
@@ -74,8 +55,7 @@ struct gguf_cuda_fwd {
     bool blas_ok;
     size_t chunk_bytes;
     int n_copy_threads;
-    fc_pool pool;
-    bool pool_ok;
+    gguf_host_copy_team *team;
     void *pinned[2];
     void *raw[2];
     float *wbuf[2];
@@ -160,113 +140,6 @@ static int64_t t_rows(const gguf_tensor *t)
     return t->ne[1] * t->ne[2] * t->ne[3];
 }
 
-/* ------------------------------------------------------------ host copy */
-
-static void fc_pool_part(fc_pool *p, int part)
-{
-    const size_t off = (size_t)part * p->per;
-    if (part >= p->parts || off >= p->n)
-        return;
-    /* the last part takes the rest, whatever the rounding of per */
-    memcpy(p->dst + off, p->src + off,
-           part == p->parts - 1 || p->n - off < p->per ? p->n - off : p->per);
-}
-
-typedef struct fc_worker_arg {
-    fc_pool *pool;
-    int part;
-} fc_worker_arg;
-
-static void *fc_pool_main(void *arg)
-{
-    fc_worker_arg *a = (fc_worker_arg *)arg;
-    fc_pool *p = a->pool;
-    const int part = a->part;
-    free(a);
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->quit && p->gen == seen)
-            pthread_cond_wait(&p->go, &p->mu);
-        if (p->quit)
-            break;
-        seen = p->gen;
-        const bool mine = part < p->parts;
-        pthread_mutex_unlock(&p->mu);
-        if (mine)
-            fc_pool_part(p, part);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
-            pthread_cond_signal(&p->done);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-/* Start up to n_threads - 1 workers (fewer when threads cannot start). */
-static int fc_pool_init(fc_pool *p, int n_threads)
-{
-    memset(p, 0, sizeof *p);
-    if (pthread_mutex_init(&p->mu, NULL) || pthread_cond_init(&p->go, NULL) ||
-        pthread_cond_init(&p->done, NULL))
-        return -1;
-    if (n_threads > FC_MAX_COPY)
-        n_threads = FC_MAX_COPY;
-    for (int i = 1; i < n_threads; i++) {
-        fc_worker_arg *a = (fc_worker_arg *)malloc(sizeof *a);
-        if (!a)
-            break;
-        a->pool = p;
-        a->part = i;
-        if (pthread_create(&p->th[p->n_started], NULL, fc_pool_main, a)) {
-            free(a);
-            break;
-        }
-        p->n_started++;
-    }
-    return 0;
-}
-
-static void fc_pool_free(fc_pool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    p->quit = true;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n_started; i++)
-        pthread_join(p->th[i], NULL);
-    pthread_cond_destroy(&p->go);
-    pthread_cond_destroy(&p->done);
-    pthread_mutex_destroy(&p->mu);
-}
-
-/* memcpy over the team: parts of at least 256 KiB (page aligned). */
-static void fc_host_copy(fc_pool *p, void *dst, const void *src, size_t n)
-{
-    int parts = (int)(n / ((size_t)256 << 10));
-    if (parts > p->n_started + 1)
-        parts = p->n_started + 1;
-    if (parts < 2) {
-        memcpy(dst, src, n);
-        return;
-    }
-    pthread_mutex_lock(&p->mu);
-    p->dst = (char *)dst;
-    p->src = (const char *)src;
-    p->n = n;
-    p->per = ((n + (size_t)parts - 1) / (size_t)parts + 4095) & ~(size_t)4095;
-    p->parts = parts;
-    p->pending = p->n_started;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    fc_pool_part(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-}
-
 /* ------------------------------------------------------------ streaming */
 
 typedef int (*fc_chunk_fn)(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
@@ -298,7 +171,7 @@ static int fc_stream(gguf_cuda_fwd *c, const gguf_tensor *t, int64_t row0, int64
         const uint8_t *src = t->data + (uint64_t)(row0 + r) * row_bytes;
         const size_t bytes = (size_t)((uint64_t)nr * row_bytes);
         GC_TRY(err, cudaEventSynchronize(c->h2d_done[b]));
-        fc_host_copy(&c->pool, c->pinned[b], src, bytes);
+        gguf_host_copy(c->team, c->pinned[b], src, bytes);
         GC_TRY(err, cudaStreamWaitEvent(c->cs, c->consumed[b], 0));
         GC_TRY(err, cudaMemcpyAsync(c->raw[b], c->pinned[b], bytes, cudaMemcpyHostToDevice, c->cs));
         GC_TRY(err, cudaEventRecord(c->h2d_done[b], c->cs));
@@ -917,9 +790,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     c->k_w = c->cpu->k_w;
     c->v_w = c->cpu->v_w;
     c->lc = (fc_cache *)calloc((size_t)(c->hp->n_layer > 0 ? c->hp->n_layer : 1), sizeof *c->lc);
-    if (c->lc && fc_pool_init(&c->pool, c->n_copy_threads) == 0)
-        c->pool_ok = true;
-    if (!c->lc || !c->pool_ok) {
+    if (!c->lc || gguf_host_copy_team_create(&c->team, c->n_copy_threads, NULL)) {
         gguf_cuda_fwd_free(c);
         return fw_nomem(err, "cache");
     }
@@ -1013,8 +884,7 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
         cudaStreamDestroy(c->ks);
     if (c->cs)
         cudaStreamDestroy(c->cs);
-    if (c->pool_ok)
-        fc_pool_free(&c->pool);
+    gguf_host_copy_team_free(c->team);
     gguf_fwd_ctx_free(c->cpu);
     free(c);
 }

@@ -28,6 +28,7 @@
 #include "gguf/model.h"
 #include "ggufkit_cuda/cuda_device.h"
 #include "ggufkit_cuda/forward_cuda.h"
+#include "ggufkit_cuda/host_copy.h"
 
 #define REL_L2_MAX 1e-4
 
@@ -191,8 +192,64 @@ static const variant variants[] = {
     {"glm-dsa", "--arch glm-dsa"},
 };
 
+/* The copy team that fills the pinned staging buffers, on the host (runs
+ * with or without a GPU): sizes around every split point, odd offsets, one
+ * to 32 members. A lost byte here would corrupt weights silently. */
+static int host_copy_check(void)
+{
+    const size_t N = (size_t)24 << 20;
+    unsigned char *src = malloc(N), *dst = malloc(N);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return 1;
+    }
+    for (size_t i = 0; i < N; i++)
+        src[i] = (unsigned char)(i * 7 + (i >> 13));
+    const int teams[] = {1, 2, 3, 8, 32};
+    int bad = 0;
+    for (int ti = 0; ti < 5 && !bad; ti++) {
+        gguf_host_copy_team *t = NULL;
+        gguf_error e;
+        if (gguf_host_copy_team_create(&t, teams[ti], &e)) {
+            printf("FAIL host copy: team of %d: %s\n", teams[ti], e.message);
+            bad = 1;
+            break;
+        }
+        for (int it = 0; it < 150 && !bad; it++) {
+            const size_t off = (size_t)(it * 37) % 4099;
+            size_t n = it < 90 ? (size_t)it * ((size_t)256 << 10) + (size_t)(it % 3) - 1
+                                : ((size_t)it * 2654435761u) % (N - 4099);
+            if (it == 0)
+                n = 0;
+            memset(dst, 0xA5, N);
+            gguf_host_copy(t, dst + off, src + off, n);
+            for (size_t i = 0; i < n; i++)
+                if (dst[off + i] != src[off + i]) {
+                    printf("FAIL host copy: team of %d, %zu bytes at offset %zu: byte %zu "
+                           "differs\n",
+                           gguf_host_copy_team_size(t), n, off, i);
+                    bad = 1;
+                    break;
+                }
+            if (!bad && off + n < N && dst[off + n] != 0xA5) {
+                printf("FAIL host copy: wrote past %zu bytes\n", n);
+                bad = 1;
+            }
+        }
+        gguf_host_copy_team_free(t);
+    }
+    if (!bad)
+        printf("ok   host copy team (1..32 members, 750 copies)\n");
+    free(src);
+    free(dst);
+    return bad;
+}
+
 int main(void)
 {
+    if (host_copy_check())
+        return 1;
     gguf_error err = {0};
     int n_dev = 0;
     if (gguf_cuda_device_count(&n_dev, &err)) {

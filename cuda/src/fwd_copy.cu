@@ -1,0 +1,176 @@
+/*
+ * A team of host threads that copies memory together (memcpy split in parts
+ * of at least 256 KiB), started once and reused: the GPU forward pass copies
+ * quantized weights from the file's mmap into pinned staging with it, chunk
+ * after chunk, where one thread reaches a fraction of PCIe bandwidth and
+ * starting threads per chunk would cost more than small chunks take.
+ *
+ * Host code only (no GPU needed); in ggufkit_cuda because only the GPU paths
+ * need it. A team is used from one thread at a time.
+ */
+#include "cuda_internal.h"
+
+#include "ggufkit_cuda/host_copy.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A fixed team of copy threads, started with the context: one memcpy from
+ * the page cache runs at a fraction of PCIe speed, and an MoE layer streams
+ * thousands of small chunks (one expert's matrix each), too many to start
+ * threads for each. The caller copies part 0 itself. */
+#define FC_MAX_COPY 32
+
+struct gguf_host_copy_team {
+    pthread_t th[FC_MAX_COPY];
+    int n_started;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    uint64_t gen;     /* job generation: workers run each once */
+    int pending;      /* workers still copying the current job */
+    bool quit;
+    char *dst;
+    const char *src;
+    size_t n, per;
+    int parts;
+};
+typedef gguf_host_copy_team fc_pool;
+
+
+static void fc_pool_part(fc_pool *p, int part)
+{
+    const size_t off = (size_t)part * p->per;
+    if (part >= p->parts || off >= p->n)
+        return;
+    /* the last part takes the rest, whatever the rounding of per */
+    memcpy(p->dst + off, p->src + off,
+           part == p->parts - 1 || p->n - off < p->per ? p->n - off : p->per);
+}
+
+typedef struct fc_worker_arg {
+    fc_pool *pool;
+    int part;
+} fc_worker_arg;
+
+static void *fc_pool_main(void *arg)
+{
+    fc_worker_arg *a = (fc_worker_arg *)arg;
+    fc_pool *p = a->pool;
+    const int part = a->part;
+    free(a);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->gen == seen)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit)
+            break;
+        seen = p->gen;
+        const bool mine = part < p->parts;
+        pthread_mutex_unlock(&p->mu);
+        if (mine)
+            fc_pool_part(p, part);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Start up to n_threads - 1 workers (fewer when threads cannot start). */
+static int fc_pool_init(fc_pool *p, int n_threads)
+{
+    memset(p, 0, sizeof *p);
+    if (pthread_mutex_init(&p->mu, NULL) || pthread_cond_init(&p->go, NULL) ||
+        pthread_cond_init(&p->done, NULL))
+        return -1;
+    if (n_threads > FC_MAX_COPY)
+        n_threads = FC_MAX_COPY;
+    for (int i = 1; i < n_threads; i++) {
+        fc_worker_arg *a = (fc_worker_arg *)malloc(sizeof *a);
+        if (!a)
+            break;
+        a->pool = p;
+        a->part = i;
+        if (pthread_create(&p->th[p->n_started], NULL, fc_pool_main, a)) {
+            free(a);
+            break;
+        }
+        p->n_started++;
+    }
+    return 0;
+}
+
+static void fc_pool_free(fc_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_started; i++)
+        pthread_join(p->th[i], NULL);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
+}
+
+void gguf_host_copy(gguf_host_copy_team *p, void *dst, const void *src, size_t n)
+{
+    if (!p) {
+        memcpy(dst, src, n);
+        return;
+    }
+    int parts = (int)(n / ((size_t)256 << 10));
+    if (parts > p->n_started + 1)
+        parts = p->n_started + 1;
+    if (parts < 2) {
+        memcpy(dst, src, n);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->dst = (char *)dst;
+    p->src = (const char *)src;
+    p->n = n;
+    p->per = ((n + (size_t)parts - 1) / (size_t)parts + 4095) & ~(size_t)4095;
+    p->parts = parts;
+    p->pending = p->n_started;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    fc_pool_part(p, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+int gguf_host_copy_team_create(gguf_host_copy_team **out, int n_threads, gguf_error *err)
+{
+    if (!out)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "host copy: NULL out");
+    *out = NULL;
+    fc_pool *p = (fc_pool *)calloc(1, sizeof *p);
+    if (!p)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "host copy: out of memory");
+    if (fc_pool_init(p, n_threads < 1 ? 1 : n_threads)) {
+        free(p);
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "host copy: no mutex");
+    }
+    *out = p;
+    return 0;
+}
+
+void gguf_host_copy_team_free(gguf_host_copy_team *t)
+{
+    if (!t)
+        return;
+    fc_pool_free(t);
+    free(t);
+}
+
+int gguf_host_copy_team_size(const gguf_host_copy_team *t)
+{
+    return t ? t->n_started + 1 : 1;
+}
