@@ -36,6 +36,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out}
 mkdir -p "$OUT"
 BUILD=${GGUFKIT_GPU_BUILD:-$ROOT/build-gpufwd-run}
+case "$BUILD" in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 SCR=${GGUFKIT_SCRATCH:-$OUT/scratch}
 mkdir -p "$SCR"
 SKIP=" ${GGUFKIT_SKIP:-} "
