@@ -132,6 +132,26 @@ void refwd_ctx_stats(const refwd_ctx *c, gguf_fwd_stats *out)
     gguf_fwd_ctx_stats(c->cpu, out);
 }
 
+void refwd_ctx_print_xfer(const refwd_ctx *c, FILE *out)
+{
+#if defined(GGUFKIT_HAVE_CUDA)
+    if (c && c->gpu) {
+        gguf_fwd_stats st;
+        gguf_cuda_fwd_xfer xf;
+        gguf_cuda_fwd_stats(c->gpu, &st, &xf);
+        fprintf(out,
+                "gpu: %.2f GB of quantized weights to the GPU in %llu chunks, %.2f GB/s over the "
+                "eval; %.0f MiB of device memory held\n",
+                (double)xf.h2d_bytes / 1e9, (unsigned long long)xf.chunks,
+                xf.stream_seconds > 0 ? (double)xf.h2d_bytes / xf.stream_seconds / 1e9 : 0.0,
+                (double)xf.device_bytes / 1048576.0);
+    }
+#else
+    (void)c;
+    (void)out;
+#endif
+}
+
 void refwd_ctx_free(refwd_ctx *c)
 {
     if (!c)

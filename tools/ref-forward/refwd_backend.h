@@ -6,6 +6,7 @@
 #define REFWD_BACKEND_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gguf/error.h"
 #include "gguf/forward.h"
@@ -29,6 +30,8 @@ int refwd_ctx_eval(refwd_ctx *c, const int32_t *tokens, int64_t n, float *logits
                    gguf_error *err);
 int64_t refwd_ctx_n_past(const refwd_ctx *c);
 void refwd_ctx_stats(const refwd_ctx *c, gguf_fwd_stats *out);
+/* With --stats: one line on what moved to the GPU (nothing for the CPU). */
+void refwd_ctx_print_xfer(const refwd_ctx *c, FILE *out);
 void refwd_ctx_free(refwd_ctx *c);
 
 #endif

@@ -867,6 +867,7 @@ int refwd_run_main(int argc, char **argv)
                    st.seconds, cli_human_bytes(st.weight_bytes, b1, sizeof b1),
                    cli_human_bytes(st.peak_weight_bytes, b2, sizeof b2),
                    (unsigned long long)st.experts_loaded);
+            refwd_ctx_print_xfer(ctx, stdout);
         }
     }
     ret = CLI_EXIT_OK;
