@@ -53,6 +53,8 @@ void fk_gather(float *dst, const float *src, const int32_t *rows, int64_t m, int
 /* acc[rows[i]][j] += (double)(float)(ys[i][j] * w[i]) */
 void fk_moe_acc(double *acc, const float *ys, const int32_t *rows, const float *w, int64_t m,
                 int64_t E, cudaStream_t s);
+/* x[i] = rnd(x[i] * s) */
+void fk_scale(float *x, int64_t n, double s, cudaStream_t st);
 /* out[i] = (float)acc[i]; with add: out[i] = rnd((float)acc[i] + add[i]) */
 void fk_acc_out(float *out, const double *acc, const float *add, int64_t n, cudaStream_t s);
 

@@ -249,3 +249,16 @@ void fk_acc_out(float *out, const double *acc, const float *add, int64_t n, cuda
     if (n > 0)
         k_acc_out<<<fk_blocks(n), FK_THREADS, 0, s>>>(out, acc, add, n);
 }
+
+__global__ static void k_scale(float *x, int64_t n, double s)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = (float)((double)x[i] * s);
+}
+
+void fk_scale(float *x, int64_t n, double s, cudaStream_t st)
+{
+    if (n > 0)
+        k_scale<<<fk_blocks(n), FK_THREADS, 0, st>>>(x, n, s);
+}

@@ -256,6 +256,11 @@ int gguf_nccl_comm_world(const gguf_nccl_comm *c)
     return c ? c->world : 0;
 }
 
+int gguf_nccl_comm_device(const gguf_nccl_comm *c)
+{
+    return c ? c->device : -1;
+}
+
 static int nc_ready(gguf_nccl_comm *c, const void *p, gguf_error *err)
 {
     if (!c || !p)
@@ -334,6 +339,11 @@ int gguf_nccl_comm_rank(const gguf_nccl_comm *c)
 int gguf_nccl_comm_world(const gguf_nccl_comm *c)
 {
     return 0;
+}
+
+int gguf_nccl_comm_device(const gguf_nccl_comm *c)
+{
+    return -1;
 }
 
 int gguf_nccl_all_reduce_sum(gguf_nccl_comm *c, float *buf, size_t n, gguf_cuda_stream *stream,

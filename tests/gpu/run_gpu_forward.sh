@@ -9,6 +9,7 @@
 #   build        build-gpufwd-run (sm_90 only; GGUFKIT_CUDA_ARCHITECTURES to change)
 #   test         tests/gpu/test_gpu_forward (GPU vs CPU captures, every arch)
 #   nccl         tests/gpu/test_nccl_comm (2 GPUs: all-reduce, all-gather, dead ranks)
+#   tp           tests/gpu/test_gpu_tp (2 GPUs: each rank vs the CPU's virtual rank, faults)
 #   integration  tests/integration/test_ref_forward_cuda.sh (GPU branch)
 #   cli          per architecture: ref-forward --record (CPU), then
 #                ref-forward --backend cuda --compare CPU.gguf (exit 0 = within tolerance)
@@ -24,12 +25,14 @@
 #   cmake -S . -B build-gpufwd-run -DGGUFKIT_WERROR=OFF -DCMAKE_BUILD_TYPE=Release \
 #         -DGGUFKIT_CUDA_ARCHITECTURES=90-real
 #   cmake --build build-gpufwd-run -j2 --target ref-forward gguf-gen test_gpu_forward \
-#         test_nccl_comm bench_cuda_forward
-# GGUFKIT_SKIP="..." skips steps by name (test nccl integration cli sanitizer stream
+#         test_nccl_comm test_gpu_tp bench_cuda_forward
+# GGUFKIT_SKIP="..." skips steps by name (test nccl tp integration cli sanitizer stream
 # model20b). The whole script takes about 10 minutes on one H200; under a 10-minute
 # limit per command run it twice, e.g.
 #   GGUFKIT_SKIP="stream model20b" tests/gpu/run_gpu_forward.sh
-#   GGUFKIT_SKIP="test nccl integration cli sanitizer" tests/gpu/run_gpu_forward.sh Scratch models go to
+#   GGUFKIT_SKIP="test nccl tp integration cli sanitizer" tests/gpu/run_gpu_forward.sh
+# On a machine with 2 GPUs, the tp and nccl steps run (they skip with one):
+#   GGUFKIT_SKIP="test integration cli sanitizer stream model20b" tests/gpu/run_gpu_forward.sh Scratch models go to
 # $GGUFKIT_SCRATCH (default $OUT/scratch, removed at the end).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -56,6 +59,7 @@ nproc > "$OUT/cpu.txt"; free -g >> "$OUT/cpu.txt"; df -h "$SCR" >> "$OUT/cpu.txt
 
 if [ -x "$BUILD/tools/ref-forward" ] && [ -x "$BUILD/testdata/gguf-gen" ] &&
    [ -x "$BUILD/tests/test_gpu_forward" ] && [ -x "$BUILD/tests/test_nccl_comm" ] &&
+   [ -x "$BUILD/tests/test_gpu_tp" ] &&
    [ -x "$BUILD/tests/bench_cuda_forward" ] && [ -n "${GGUFKIT_GPU_BUILD:-}" ]; then
     step "prebuilt $BUILD"
     echo "prebuilt tree $BUILD" > "$OUT/build.log"
@@ -64,7 +68,7 @@ step "build $BUILD"
 { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=OFF -DCMAKE_BUILD_TYPE=Release \
     -DGGUFKIT_CUDA_ARCHITECTURES="${GGUFKIT_CUDA_ARCHITECTURES:-90-real}" &&
   cmake --build "$BUILD" -j"$NPROC" --target ref-forward gguf-gen test_gpu_forward \
-    test_nccl_comm bench_cuda_forward; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
+    test_nccl_comm test_gpu_tp bench_cuda_forward; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
 fi
 RF=$BUILD/tools/ref-forward
 GEN=$BUILD/testdata/gguf-gen
@@ -85,6 +89,15 @@ NCCL_NVLS_ENABLE=0 timeout 300 "$BUILD/tests/test_nccl_comm" > "$OUT/nccl.log" 2
 rc=$?
 cat "$OUT/nccl.log"
 note "test_nccl_comm rc=$rc (77 = skipped)"
+[ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
+fi
+
+if ! skipped tp; then
+step "test_gpu_tp (2 GPUs; skips with 1)"
+NCCL_NVLS_ENABLE=0 timeout 500 "$BUILD/tests/test_gpu_tp" > "$OUT/tp.log" 2>&1
+rc=$?
+cat "$OUT/tp.log"
+note "test_gpu_tp rc=$rc (77 = skipped)"
 [ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
 fi
 

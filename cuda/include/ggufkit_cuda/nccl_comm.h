@@ -59,6 +59,7 @@ void gguf_nccl_comm_free(gguf_nccl_comm *c);
 
 int gguf_nccl_comm_rank(const gguf_nccl_comm *c);
 int gguf_nccl_comm_world(const gguf_nccl_comm *c);
+int gguf_nccl_comm_device(const gguf_nccl_comm *c);
 
 /* In-place sum of n floats of device memory over all ranks, queued on
  * stream (NULL: the communicator's own), and waited for under the deadline.
