@@ -10,8 +10,6 @@ RF=$GGUFKIT_BIN/ref-forward
 # usage: exit 2
 expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend gpu
 contains "$T/err" "--backend: 'gpu' is not cpu or cuda"
-expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2
-contains "$T/err" "not built yet"
 expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --precision f64
 contains "$T/err" "f64 is CPU only"
 expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --mla absorbed
@@ -29,6 +27,15 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 &&
     expect 0 "$RF" compare "$T/cpu.gguf" "$T/gpu.gguf"
     expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --compare "$T/cpu.gguf"
     contains "$T/out" "logits"
+    # tensor parallel on the GPUs of this host
+    if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
+        expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2
+        expect 1 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2 --inject kv-b-rows
+        contains "$T/out" "blk.0"
+    else
+        expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2
+        contains "$T/err" "GPU(s)"
+    fi
 else
     # no GPU: exit 3, a message that says what is missing, no output written
     expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --record "$T/gpu.gguf"
@@ -40,6 +47,8 @@ else
     contains "$T/err" "--backend cuda"
     [ ! -e "$T/gpu.gguf" ] && pass || fail "a record was left behind without a GPU"
     expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --compare "$T/cpu.gguf"
+    expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2
+    contains "$T/err" "--backend cuda"
     expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 -n 4 --backend cuda --json
     [ ! -s "$T/out" ] && pass || fail "stdout not empty without a GPU: $(head -c 200 "$T/out")"
 fi

@@ -17,6 +17,7 @@
 #include "gguf/shard.h"
 #include "refwd_backend.h"
 #include "refwd_compare.h"
+#include "refwd_gputp.h"
 #include "ref_forward.h"
 
 enum {
@@ -665,11 +666,6 @@ int refwd_run_main(int argc, char **argv)
     }
 
     if (o.backend == REFWD_CUDA) {
-        if (o.tp) {
-            cli_errorf(spec.tool, "--backend cuda --tp: the NCCL tensor-parallel backend is not "
-                                  "built yet; --tp alone runs the CPU virtual ranks");
-            goto done;
-        }
         if (o.precision_set && o.fo.precision == GGUF_FWD_F64) {
             cli_errorf(spec.tool, "--backend cuda computes in f32: --precision f64 is CPU only");
             goto done;
@@ -718,6 +714,14 @@ int refwd_run_main(int argc, char **argv)
         }
 
     o.eos = eos;
+    if (o.tp && o.backend == REFWD_CUDA) {
+        /* GPU ranks over NCCL against the single-GPU run (f32) */
+        refwd_gpu_tp_args ga = {o.model, set, m, o.tokens, o.n_tokens, o.tp, o.ep, o.engine,
+                                o.inject, o.compare, o.tol, o.html, o.record_path, o.json, o.fo,
+                                argv};
+        ret = refwd_gpu_tp(&ga);
+        goto done;
+    }
     if (o.tp) {
         /* A plan check compares slicing, not rounding: both sides in f64 by
          * default, so that no near-tie in routing can flip between them. */
