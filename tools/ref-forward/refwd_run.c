@@ -57,7 +57,7 @@ static const cli_opt options[] = {
     {OPT_DENSE_INDEXER, "dense-indexer", 0, NULL, "glm-dsa: attend to every key (ignore the indexer)"},
     {OPT_TOPK, "indexer-top-k", 1, "K", "glm-dsa: override the indexer's top-k"},
     {OPT_BACKEND, "backend", 1, "cpu|cuda", "where the forward runs: the CPU reference (default) or "
-     "one GPU (f32; records and --compare as for the CPU)"},
+     "one GPU (f32; records and --compare as for the CPU); with --tp N, N GPUs over NCCL"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
     {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
     {OPT_TP, "tp", 1, "N", "virtual tensor parallel: N ranks from the shard plan, compared "
@@ -87,7 +87,8 @@ static const cli_spec spec = {
     "  ref-forward model.gguf --tokens 1,2,3 --tp 4\n"
     "  ref-forward model.gguf --tokens 1,2,3 --tp 8 --ep 8 --inject kv-b-rows@2 --html r.html\n"
     "  ref-forward model.gguf --tokens 1,2,3 --compare golden.gguf.zst\n"
-    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --compare cpu.gguf\n",
+    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --compare cpu.gguf\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --tp 2 --inject kv-b-rows\n",
 };
 
 typedef struct run_opts {
