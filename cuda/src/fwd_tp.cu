@@ -966,8 +966,10 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
     c->device = gguf_nccl_comm_device(comm);
     c->lc = (tc_cache *)calloc((size_t)(c->hp->n_layer > 0 ? c->hp->n_layer : 1), sizeof *c->lc);
     cudaError_t ce = c->lc ? cudaSetDevice(c->device) : cudaErrorMemoryAllocation;
+    /* A blocking stream: it orders after the legacy default stream, where the
+     * synchronous helpers (cudaMemset of fresh buffers, weight uploads) run. */
     if (ce == cudaSuccess)
-        ce = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+        ce = cudaStreamCreate(&c->s);
     if (ce != cudaSuccess) {
         gguf_cuda_tp_free(c);
         return gguf_cuda_fail(err, ce, "cuda tp set-up");
