@@ -24,6 +24,8 @@
 #if defined(GGUFKIT_HAVE_NCCL)
 #include <nccl.h>
 
+#include "fwd_dl.h"
+
 struct gguf_nccl_comm {
     ncclComm_t comm;
     cudaStream_t stream;
@@ -157,6 +159,11 @@ int gguf_nccl_comm_create(gguf_nccl_comm **out, int rank, int world, int device,
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                          "nccl: bad communicator arguments (rank %d of %d, device %d)", rank,
                          world, device);
+    {
+        int lrc = fwd_nccl_load(err);
+        if (lrc)
+            return lrc;
+    }
     /* NVLS (NVLink SHARP multicast) off unless the user chose otherwise. */
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     int n_dev = 0;

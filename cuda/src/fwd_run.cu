@@ -32,6 +32,7 @@ extern "C" {
 #include "gguf/dequant.h"
 }
 #include "fwd_cuda_internal.h"
+#include "fwd_dl.h"
 #include "ggufkit_cuda/cuda_dequant.h"
 #include "ggufkit_cuda/forward_cuda.h"
 #include "ggufkit_cuda/host_copy.h"
@@ -830,6 +831,13 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
         FC_INIT(cudaEventCreateWithFlags(&c->consumed[b], cudaEventDisableTiming));
     }
 #undef FC_INIT
+    {
+        int lrc = fwd_blas_load(err);
+        if (lrc) {
+            gguf_cuda_fwd_free(c);
+            return lrc;
+        }
+    }
     cublasStatus_t bs = cublasCreate(&c->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) {
         c->blas_ok = true;

@@ -18,6 +18,7 @@ extern "C" {
 #include "forward_internal.h"
 }
 #include "fwd_cuda_internal.h"
+#include "fwd_dl.h"
 #include "ggufkit_cuda/forward_cuda_tp.h"
 
 typedef struct tc_cache {
@@ -973,6 +974,13 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
     if (ce != cudaSuccess) {
         gguf_cuda_tp_free(c);
         return gguf_cuda_fail(err, ce, "cuda tp set-up");
+    }
+    {
+        int lrc = fwd_blas_load(err);
+        if (lrc) {
+            gguf_cuda_tp_free(c);
+            return lrc;
+        }
     }
     cublasStatus_t bs = cublasCreate(&c->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) {
