@@ -117,24 +117,6 @@ int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int 
     }
 }
 
-void cli_exec_cuda_variant(char **argv)
-{
-    static const char suffix[] = "-cuda";
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - sizeof suffix);
-    if (n <= 0)
-        return;
-    self[n] = '\0';
-    if (n >= (ssize_t)(sizeof suffix - 1) && strcmp(self + n - (sizeof suffix - 1), suffix) == 0)
-        return; /* already the CUDA build */
-    memcpy(self + n, suffix, sizeof suffix);
-    if (access(self, X_OK) != 0)
-        return;
-    fflush(NULL);
-    execv(self, argv);
-    /* exec failed: fall through to the caller's "no CUDA" message */
-}
-
 void cli_error(const char *tool, const gguf_error *err)
 {
     if (err->offset != GGUF_NO_OFFSET)

@@ -44,15 +44,6 @@ extern int cli_verbosity; /* 0 quiet, 1 normal, 2 verbose */
 int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int *optind_out);
 void cli_usage(const cli_spec *spec, FILE *out);
 
-/*
- * Tools with GPU paths are built twice: NAME (CPU only, loads no CUDA library, so
- * memory limits and start-up time stay those of a plain C program) and NAME-cuda.
- * NAME calls this when a GPU path is asked for: it re-executes the same command
- * line with NAME-cuda from the same folder. It returns only when there is no such
- * binary (or this already is one); the caller then reports that CUDA is absent.
- */
-void cli_exec_cuda_variant(char **argv);
-
 /* "TOOL: error: MESSAGE (offset N)" to stderr. */
 void cli_error(const char *tool, const gguf_error *err);
 void cli_errorf(const char *tool, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

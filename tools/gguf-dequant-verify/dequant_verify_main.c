@@ -542,10 +542,6 @@ int main(int argc, char **argv)
         cli_errorf(spec.tool, "--dump needs --tensor NAME to say which tensor");
         return CLI_EXIT_USAGE;
     }
-#ifndef GGUFKIT_HAVE_CUDA
-    if (o.gpu)
-        cli_exec_cuda_variant(argv); /* gguf-dequant-verify-cuda, where it was built */
-#endif
 
     int ret = CLI_EXIT_OK;
     gguf_error err = {0};
