@@ -17,7 +17,8 @@
 #   stream       bench_cuda_forward on a generated ~8 GB MoE model (Q4_K):
 #                weight GB/s into the GPU vs pinned H2D GB/s (target >= 70%)
 #   model20b     a generated ~20B-parameter MoE (Q4_K): 64-token prompt on the
-#                CPU (all cores) and on the GPU, timed, records compared
+#                CPU (all cores) and on the GPU, timed, records compared; with 2 GPUs
+#                also --backend cuda --tp 2 against the single-GPU record, timed
 # (No -Werror here: GCC 12 -O3 warns maybe-uninitialized in libgguf/src/dequant.c.)
 # GGUFKIT_GPU_BUILD=DIR uses a tree built elsewhere (same CUDA; sm_90) that holds
 # tools/ref-forward, testdata/gguf-gen, tests/test_gpu_forward, tests/test_nccl_comm and
@@ -184,6 +185,16 @@ if ! skipped model20b; then
     "$RF" compare "$SCR/20b.cpu.gguf" "$SCR/20b.cuda.gguf" --json > "$OUT/model20b-compare.json" 2>&1
     tail -15 "$OUT/model20b-compare.txt"
     note "model20b compare rc=$rc"
+    if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+        # tp 2 on two GPUs against the single-GPU record
+        s0=$(date +%s.%N)
+        timeout 580 "$RF" "$M" --tokens "$T64" --backend cuda --tp 2 \
+            --compare "$SCR/20b.cuda.gguf" > "$OUT/model20b-tp2.txt" 2>&1
+        rc=$?
+        s1=$(date +%s.%N)
+        tail -15 "$OUT/model20b-tp2.txt"
+        note "model20b cuda tp 2 vs single GPU: rc=$rc wall=$(awk "BEGIN { printf \"%.1f\", $s1 - $s0 }") s"
+    fi
     rm -f "$M" "$SCR"/20b.*.gguf
 fi
 [ -z "${GGUFKIT_SCRATCH:-}" ] && rm -rf "$SCR"
