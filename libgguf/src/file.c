@@ -598,8 +598,15 @@ int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts
     if (f->size > 0) {
         void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED, f->fd, 0);
         if (m == MAP_FAILED) {
-            rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: cannot mmap %llu bytes", path,
-                                 (unsigned long long)f->size);
+            int e = errno;
+            if (e == ENOMEM)
+                rc = gguf_fail_errno(err, GGUF_E_NOMEM, e,
+                                     "%s: cannot mmap %llu bytes: out of memory or address space "
+                                     "(ulimit -v?)",
+                                     path, (unsigned long long)f->size);
+            else
+                rc = gguf_fail_errno(err, GGUF_E_IO, e, "%s: cannot mmap %llu bytes", path,
+                                     (unsigned long long)f->size);
             goto fail;
         }
         f->base = m;

@@ -126,7 +126,8 @@ typedef struct gguf_open_opts {
  *         GGUF_E_BAD_MAGIC, GGUF_E_BAD_VERSION (v1, big-endian), GGUF_E_TRUNCATED,
  *         GGUF_E_OVERFLOW, GGUF_E_LIMIT, GGUF_E_BAD_TYPE, GGUF_E_BAD_SHAPE,
  *         GGUF_E_BAD_ALIGNMENT, GGUF_E_BAD_OFFSET, GGUF_E_DUPLICATE,
- *         GGUF_E_BAD_UTF8, GGUF_E_NOMEM. err names the file, field and offset.
+ *         GGUF_E_BAD_UTF8, GGUF_E_NOMEM (also when the address space cannot hold
+ *         the map). err names the file, field and offset.
  */
 int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts,
                    gguf_error *err);
