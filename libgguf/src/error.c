@@ -91,3 +91,17 @@ int gguf_fail_errno(gguf_error *err, int code, int sys_errno, const char *fmt, .
         snprintf(err->message + n, sizeof err->message - (size_t)n, ": %s", strerror(sys_errno));
     return code;
 }
+
+int gguf_error_setf(gguf_error *err, int code, int sys_errno, const char *fmt, ...)
+{
+    if (!err)
+        return code;
+    err->code = code;
+    err->sys_errno = sys_errno;
+    err->offset = GGUF_NO_OFFSET;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return code;
+}

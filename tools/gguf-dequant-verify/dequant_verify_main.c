@@ -70,34 +70,19 @@ static void on_signal(int sig)
     interrupted = 1;
 }
 
-/* Fill a gguf_error from the tool (the library's gguf_fail is internal). */
-static int fail(gguf_error *err, int code, int sys_errno, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(gguf_error *err, int code, int sys_errno, const char *fmt, ...)
-{
-    err->code = code;
-    err->sys_errno = sys_errno;
-    err->offset = GGUF_NO_OFFSET;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 static int dv_fail_oom(gguf_error *err, const char *what)
 {
-    return fail(err, GGUF_E_NOMEM, ENOMEM, "%s: out of memory", what);
+    return gguf_error_setf(err, GGUF_E_NOMEM, ENOMEM, "%s: out of memory", what);
 }
 
 static int dv_fail_interrupted(gguf_error *err)
 {
-    return fail(err, GGUF_E_INTERRUPTED, 0, "interrupted");
+    return gguf_error_setf(err, GGUF_E_INTERRUPTED, 0, "interrupted");
 }
 
 static int dv_fail_write(gguf_error *err, const char *path, int e)
 {
-    return fail(err, e == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, e, "%s: %s", path, strerror(e));
+    return gguf_error_setf(err, e == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, e, "%s: %s", path, strerror(e));
 }
 
 typedef struct pending_kvb {

@@ -38,12 +38,9 @@ const char *refwd_backend_name(refwd_backend b)
 #if !defined(GGUFKIT_HAVE_CUDA)
 static int no_cuda(gguf_error *err)
 {
-    err->code = GGUF_E_IO;
-    err->sys_errno = ENODEV;
-    err->offset = GGUF_NO_OFFSET;
-    snprintf(err->message, sizeof err->message,
-             "--backend cuda: this ref-forward was built without CUDA (no nvcc at build time)");
-    return GGUF_E_IO;
+    return gguf_error_setf(err, GGUF_E_IO, ENODEV,
+                           "--backend cuda: this ref-forward was built without CUDA (no nvcc at "
+                           "build time)");
 }
 #endif
 

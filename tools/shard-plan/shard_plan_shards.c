@@ -19,22 +19,6 @@
 
 static const uint8_t zeros[65536];
 
-static int set_err(gguf_error *err, int code, int eno, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* Fill err (vsnprintf truncates long paths quietly) and return code. */
-static int set_err(gguf_error *err, int code, int eno, const char *fmt, ...)
-{
-    err->code = code;
-    err->sys_errno = eno;
-    err->offset = GGUF_NO_OFFSET;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 typedef struct wctx {
     gguf_writer *w;
     gguf_hasher *h;
@@ -225,7 +209,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
             continue;
         const gguf_shard_slice *s = &e->ranks[r];
         if (!e->t || !e->t->data) {
-            rc = set_err(err, GGUF_E_INVALID, 0, "%s: %s: no tensor data to write", a->model,
+            rc = gguf_error_setf(err, GGUF_E_INVALID, 0, "%s: %s: no tensor data to write", a->model,
                          e->name);
             break;
         }
@@ -271,7 +255,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
     }
 done:
     if (rc && err && err->code == GGUF_OK)
-        set_err(err, rc, 0, "%s: %s", path, gguf_strerror(rc));
+        gguf_error_setf(err, rc, 0, "%s: %s", path, gguf_strerror(rc));
     gguf_writer_free(w);
     gguf_hasher_free(h);
     free(fbuf);
@@ -287,7 +271,7 @@ int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_ato
 {
     gguf_error_clear(err);
     if (mkdir(a->shards_dir, 0777) != 0 && errno != EEXIST)
-        return set_err(err, GGUF_E_IO, errno, "%s: cannot create the folder: %s", a->shards_dir,
+        return gguf_error_setf(err, GGUF_E_IO, errno, "%s: cannot create the folder: %s", a->shards_dir,
                        strerror(errno));
     const int tp = gguf_shard_plan_ranks(p);
     char mpath[4096], tmp[4200];
@@ -295,7 +279,7 @@ int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_ato
     snprintf(tmp, sizeof tmp, "%s.tmp", mpath);
     FILE *mf = fopen(tmp, "w");
     if (!mf)
-        return set_err(err, GGUF_E_IO, errno, "%s: %s", tmp, strerror(errno));
+        return gguf_error_setf(err, GGUF_E_IO, errno, "%s: %s", tmp, strerror(errno));
     fprintf(mf, "# shard-plan manifest: %s, engine %s, tp %d, XXH3-128 of files and tensors\n",
             a->model, gguf_engine_name(gguf_shard_plan_opts(p)->engine), tp);
     cli_progress pr;
@@ -309,12 +293,12 @@ int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_ato
     }
     cli_progress_end(&pr);
     if (fclose(mf) != 0 && !rc)
-        rc = set_err(err, GGUF_E_IO, errno, "%s: cannot write: %s", tmp, strerror(errno));
+        rc = gguf_error_setf(err, GGUF_E_IO, errno, "%s: cannot write: %s", tmp, strerror(errno));
     if (rc) {
         remove(tmp);
         return rc;
     }
     if (rename(tmp, mpath) != 0)
-        return set_err(err, GGUF_E_IO, errno, "%s: %s", mpath, strerror(errno));
+        return gguf_error_setf(err, GGUF_E_IO, errno, "%s: %s", mpath, strerror(errno));
     return 0;
 }

@@ -66,6 +66,17 @@ const char *gguf_strerror(int code);
 /* Reset an error record to GGUF_OK. Accepts NULL. */
 void gguf_error_clear(gguf_error *err);
 
+/*
+ * Fill an error record the way the library does (no byte offset), for callers
+ * that report their own failures through gguf_error (tools, GPU backends).
+ * err may be NULL. @return code, so callers can `return gguf_error_setf(...)`.
+ */
+int gguf_error_setf(gguf_error *err, int code, int sys_errno, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 #ifdef __cplusplus
 }
 #endif
