@@ -194,8 +194,8 @@ static int check_row(uint32_t type, int64_t n, int64_t *n_blocks, gguf_error *er
 int gguf_dequant_row_path(int path, uint32_t type, const void *src, float *dst, int64_t n,
                           gguf_error *err)
 {
-    gguf_dequant_fn fn;
-    int64_t nb;
+    gguf_dequant_fn fn = NULL;
+    int64_t nb = 0;
     int rc = pick_kernel(path, type, &fn, err);
     if (rc == GGUF_OK)
         rc = check_row(type, n, &nb, err);
@@ -454,8 +454,8 @@ int gguf_dequant_rows(uint32_t type, const void *src, uint64_t src_row_stride, f
                       int64_t ne0, int64_t n_rows, const gguf_dequant_opts *opts,
                       gguf_error *err)
 {
-    gguf_dequant_fn fn;
-    int64_t nb;
+    gguf_dequant_fn fn = NULL;
+    int64_t nb = 0;
     int rc = pick_kernel(opts ? opts->path : GGUF_DEQUANT_AUTO, type, &fn, err);
     if (rc == GGUF_OK)
         rc = check_row(type, ne0, &nb, err);
@@ -490,7 +490,7 @@ int gguf_dequant_slice(uint32_t type, const void *tensor_data, int64_t ne0,
                        int64_t n_cols, float *dst, const gguf_dequant_opts *opts,
                        gguf_error *err)
 {
-    gguf_dequant_fn fn;
+    gguf_dequant_fn fn = NULL;
     int64_t nb;
     int rc = pick_kernel(opts ? opts->path : GGUF_DEQUANT_AUTO, type, &fn, err);
     if (rc == GGUF_OK)

@@ -99,7 +99,7 @@ static int read_name(gguf_file *f, cursor *c, const char **out, uint64_t *out_le
                      const char *field)
 {
     uint64_t at = c->pos;
-    gguf_str s;
+    gguf_str s = {NULL, 0};
     int rc = read_str(c, &s, field);
     if (rc)
         return rc;

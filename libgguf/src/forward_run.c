@@ -101,7 +101,7 @@ static int fw_mm(gguf_fwd_ctx *c, double *y, int64_t ys, const double *x, int64_
         chunk = 1;
     for (int64_t r = 0; r < n_out && !rc; r += chunk) {
         int64_t nr = n_out - r < chunk ? n_out - r : chunk;
-        float *buf;
+        float *buf = NULL;
         if ((rc = fw_dequant(c, w, row0 + r, nr, &buf, err)))
             break;
         fw_matmul(y + r, ys, x, xs, buf, b ? b + row0 + r : NULL, n_in, nr, n_tok,

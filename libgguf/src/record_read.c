@@ -263,8 +263,16 @@ static int index_record(gguf_record *r, gguf_error *err)
                            &r->meta.plan_digest,  &r->meta.arch,     &r->meta.fault,
                            &r->meta.ggufkit_version};
     size_t offs[7];
+    /* GCC 12 at -O3 wrongly sees this read as following the realloc below. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+#endif
     for (int i = 0; i < 7; i++)
         offs[i] = (size_t)(*dst[i] - pool.p);
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic pop
+#endif
     char *np = realloc(pool.p, need ? need : 1);
     if (!np) {
         free(pool.p);

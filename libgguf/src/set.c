@@ -83,7 +83,7 @@ static int split_key(const gguf_file *f, const char *key, int64_t *out, gguf_err
 static int check_part(const gguf_file *f, uint32_t index, uint32_t count, const gguf_file *first,
                       gguf_error *err)
 {
-    int64_t no, cnt, tot;
+    int64_t no = -1, cnt = -1, tot = -1;
     int rc;
     if ((rc = split_key(f, GGUF_KEY_SPLIT_NO, &no, err)) ||
         (rc = split_key(f, GGUF_KEY_SPLIT_COUNT, &cnt, err)) ||
@@ -133,7 +133,7 @@ static int build_set(gguf_set *s, gguf_error *err)
     s->n_tensors = total;
 
     const gguf_file *first = s->parts[0];
-    int64_t expect;
+    int64_t expect = -1;
     int rc = split_key(first, GGUF_KEY_SPLIT_TENSORS, &expect, err);
     if (rc)
         return rc;
@@ -147,7 +147,7 @@ static int build_set(gguf_set *s, gguf_error *err)
                          "%lld (a part is missing tensors or is from another set)",
                          first->path, (long long)expect, s->n_parts, (long long)total);
     for (uint32_t i = 1; i < s->n_parts; i++) {
-        int64_t t;
+        int64_t t = -1;
         if ((rc = split_key(s->parts[i], GGUF_KEY_SPLIT_TENSORS, &t, err)))
             return rc;
         if (t >= 0 && t != expect)
@@ -212,7 +212,7 @@ int gguf_set_open(gguf_set **out, const char *path, const gguf_open_opts *opts, 
         if (rc)
             goto done;
         if (!split) {
-            int64_t cnt;
+            int64_t cnt = -1;
             if ((rc = split_key(s->parts[0], GGUF_KEY_SPLIT_COUNT, &cnt, err)))
                 goto done;
             if (cnt > 1 && !(opts && (opts->flags & GGUF_OPEN_SINGLE))) {

@@ -15,7 +15,7 @@ int gguf_value_to_u64(const gguf_value *v, uint64_t *out)
     case GGUF_VALUE_INT16:
     case GGUF_VALUE_INT32:
     case GGUF_VALUE_INT64: {
-        int64_t s;
+        int64_t s = 0;
         gguf_value_to_i64(v, &s);
         if (s < 0)
             return GGUF_E_BAD_VALUE;

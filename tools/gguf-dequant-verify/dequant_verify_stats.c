@@ -28,7 +28,8 @@ static void stats_range(dv_stats *s, const float *x, uint64_t n)
     double mn = s->min, mx = s->max, amax = s->absmax;
     uint64_t nan = 0, inf = 0;
     uint64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
+    const uint64_t n4 = n - n % 4;
+    for (; i < n4; i += 4) {
         uint32_t u[4];
         memcpy(u, x + i, sizeof u);
         if (((u[0] | u[1] | u[2] | u[3]) & 0x7F800000u) == 0x7F800000u ||
