@@ -15,6 +15,7 @@
 #include "gguf/model.h"
 #include "gguf/record.h"
 #include "gguf/shard.h"
+#include "gguf/tokenize.h"
 #include "refwd_backend.h"
 #include "refwd_compare.h"
 #include "refwd_gputp.h"
@@ -41,12 +42,15 @@ enum {
     OPT_TOL,
     OPT_HTML,
     OPT_BACKEND,
+    OPT_PROMPT,
 };
 
 static const cli_opt options[] = {
     {OPT_TOKENS, "tokens", 1, "IDS", "input token ids, comma-separated (default: BOS)"},
+    {OPT_PROMPT, "prompt", 1, "TEXT", "input text, tokenized with the model's SentencePiece "
+     "('llama') vocabulary (no BOS unless --bos); excludes --tokens"},
     {'n', "n-predict", 1, "K", "greedy-decode K tokens after the input (default 0)"},
-    {OPT_BOS, "bos", 0, NULL, "prepend the model's BOS token to --tokens"},
+    {OPT_BOS, "bos", 0, NULL, "prepend the model's BOS token to --tokens or --prompt"},
     {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/ref-forward.md)"},
     {OPT_LOGITS, "logits", 1, "OUT.npy", "write float32 [n_tokens, n_vocab] logits of every position"},
     {OPT_RECORD, "record", 1, "OUT.gguf", "write every capture point as an activation record"},
@@ -82,6 +86,7 @@ static const cli_spec spec = {
     "  ref-forward stories260K.gguf -n 32\n"
     "  ref-forward model.gguf --tokens 1,17,42 --logits logits.npy\n"
     "  ref-forward model.gguf --tokens 1,2,3 -n 8 --json\n"
+    "  ref-forward model.gguf --prompt \"Once upon a time\" --bos -n 16\n"
     "  ref-forward model.gguf --tokens 1,2,3 --record ref.gguf --zstd\n"
     "  ref-forward model.gguf --tokens 1,2,3 --precision f64 --mla absorbed\n"
     "  ref-forward model.gguf --tokens 1,2,3 --tp 4\n"
@@ -92,7 +97,7 @@ static const cli_spec spec = {
 };
 
 typedef struct run_opts {
-    const char *model;
+    const char *model, *prompt;
     int32_t *tokens;
     int64_t n_tokens;
     int64_t n_predict;
@@ -576,6 +581,7 @@ int refwd_run_main(int argc, char **argv)
             o.n_predict = (int64_t)v;
             break;
         case OPT_BOS: o.bos = true; break;
+        case OPT_PROMPT: o.prompt = arg; break;
         case OPT_JSON: o.json = true; break;
         case OPT_ZSTD: o.zstd = true; break;
         case OPT_STATS: o.stats = true; break;
@@ -648,6 +654,10 @@ int refwd_run_main(int argc, char **argv)
         cli_errorf(spec.tool, "expected a MODEL.gguf argument (see --help)");
         goto done;
     }
+    if (o.prompt && o.n_tokens) {
+        cli_errorf(spec.tool, "--prompt and --tokens exclude each other");
+        goto done;
+    }
     if (o.zstd && !o.record_path) {
         cli_errorf(spec.tool, "--zstd needs --record");
         goto done;
@@ -690,6 +700,18 @@ int refwd_run_main(int argc, char **argv)
     const gguf_hparams *hp = gguf_model_hparams(m);
     const gguf_file *meta = gguf_set_meta(set);
     const int32_t bos = gguf_fwd_token_bos(meta), eos = gguf_fwd_token_eos(meta);
+    if (o.prompt) {
+        gguf_tokenizer *tk = NULL;
+        rc = gguf_tokenizer_create(&tk, set, &err);
+        if (!rc)
+            rc = gguf_tokenize(tk, o.prompt, strlen(o.prompt), false, &o.tokens, &o.n_tokens, &err);
+        gguf_tokenizer_free(tk);
+        if (rc) {
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
+            goto done;
+        }
+    }
     if (o.n_tokens == 0 || o.bos) {
         if (bos < 0) {
             cli_errorf(spec.tool, "%s: no tokenizer.ggml.bos_token_id; give --tokens", o.model);
