@@ -1,8 +1,8 @@
 /*
  * A team of host threads that copies memory together (memcpy split in parts
- * of at least 256 KiB), started once and reused: the GPU forward pass copies
- * quantized weights from the file's mmap into pinned staging with it, chunk
- * after chunk, where one thread reaches a fraction of PCIe bandwidth and
+ * of at least 256 KiB), started once and reused: the GPU forward pass gathers
+ * quantized weights (many experts' matrices into one chunk) from the file's
+ * mmap into pinned staging with it, chunk after chunk, where one thread reaches a fraction of PCIe bandwidth and
  * starting threads per chunk would cost more than small chunks take.
  *
  * Host code only (no GPU needed); in ggufkit_cuda because only the GPU paths
@@ -30,22 +30,36 @@ struct gguf_host_copy_team {
     uint64_t gen;     /* job generation: workers run each once */
     int pending;      /* workers still copying the current job */
     bool quit;
+    /* the job: parts placed one after another from dst, cut into `n_cuts`
+     * byte ranges of `per` bytes, one per member */
     char *dst;
-    const char *src;
-    size_t n, per;
-    int parts;
+    const gguf_host_copy_part *parts;
+    int n_parts;
+    size_t total, per;
+    int n_cuts;
 };
 typedef gguf_host_copy_team fc_pool;
 
 
-static void fc_pool_part(fc_pool *p, int part)
+/* Copy bytes [lo, hi) of the concatenated parts to dst + lo. */
+static void fc_copy_range(const fc_pool *p, size_t lo, size_t hi)
 {
-    const size_t off = (size_t)part * p->per;
-    if (part >= p->parts || off >= p->n)
+    size_t base = 0;
+    for (int i = 0; i < p->n_parts && base < hi; i++) {
+        const size_t n = p->parts[i].n, b = lo > base ? lo : base, e = hi < base + n ? hi : base + n;
+        if (e > b)
+            memcpy(p->dst + b, (const char *)p->parts[i].src + (b - base), e - b);
+        base += n;
+    }
+}
+
+static void fc_pool_part(fc_pool *p, int cut)
+{
+    const size_t lo = (size_t)cut * p->per;
+    if (cut >= p->n_cuts || lo >= p->total)
         return;
-    /* the last part takes the rest, whatever the rounding of per */
-    memcpy(p->dst + off, p->src + off,
-           part == p->parts - 1 || p->n - off < p->per ? p->n - off : p->per);
+    /* the last cut takes the rest, whatever the rounding of per */
+    fc_copy_range(p, lo, cut == p->n_cuts - 1 || p->total - lo < p->per ? p->total : lo + p->per);
 }
 
 typedef struct fc_worker_arg {
@@ -67,7 +81,7 @@ static void *fc_pool_main(void *arg)
         if (p->quit)
             break;
         seen = p->gen;
-        const bool mine = part < p->parts;
+        const bool mine = part < p->n_cuts;
         pthread_mutex_unlock(&p->mu);
         if (mine)
             fc_pool_part(p, part);
@@ -116,25 +130,30 @@ static void fc_pool_free(fc_pool *p)
     pthread_mutex_destroy(&p->mu);
 }
 
-void gguf_host_copy(gguf_host_copy_team *p, void *dst, const void *src, size_t n)
+void gguf_host_copy_gather(gguf_host_copy_team *p, void *dst, const gguf_host_copy_part *parts,
+                           int n_parts)
 {
-    if (!p) {
-        memcpy(dst, src, n);
+    size_t total = 0;
+    for (int i = 0; i < n_parts; i++)
+        total += parts[i].n;
+    /* at least 256 KiB per member: below that, waking threads costs more */
+    int cuts = (int)(total / ((size_t)256 << 10));
+    if (!p || cuts < 2) {
+        for (int i = 0; i < n_parts; i++) {
+            memcpy(dst, parts[i].src, parts[i].n);
+            dst = (char *)dst + parts[i].n;
+        }
         return;
     }
-    int parts = (int)(n / ((size_t)256 << 10));
-    if (parts > p->n_started + 1)
-        parts = p->n_started + 1;
-    if (parts < 2) {
-        memcpy(dst, src, n);
-        return;
-    }
+    if (cuts > p->n_started + 1)
+        cuts = p->n_started + 1;
     pthread_mutex_lock(&p->mu);
     p->dst = (char *)dst;
-    p->src = (const char *)src;
-    p->n = n;
-    p->per = ((n + (size_t)parts - 1) / (size_t)parts + 4095) & ~(size_t)4095;
     p->parts = parts;
+    p->n_parts = n_parts;
+    p->total = total;
+    p->per = ((total + (size_t)cuts - 1) / (size_t)cuts + 4095) & ~(size_t)4095;
+    p->n_cuts = cuts;
     p->pending = p->n_started;
     p->gen++;
     pthread_cond_broadcast(&p->go);
@@ -144,6 +163,12 @@ void gguf_host_copy(gguf_host_copy_team *p, void *dst, const void *src, size_t n
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+void gguf_host_copy(gguf_host_copy_team *p, void *dst, const void *src, size_t n)
+{
+    const gguf_host_copy_part one = {src, n};
+    gguf_host_copy_gather(p, dst, &one, 1);
 }
 
 int gguf_host_copy_team_create(gguf_host_copy_team **out, int n_threads, gguf_error *err)

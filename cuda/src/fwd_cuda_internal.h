@@ -58,4 +58,9 @@ void fk_scale(float *x, int64_t n, double s, cudaStream_t st);
 /* out[i] = (float)acc[i]; with add: out[i] = rnd((float)acc[i] + add[i]) */
 void fk_acc_out(float *out, const double *acc, const float *add, int64_t n, cudaStream_t s);
 
+/* out[j * out_ld + k] = w[k * ld + j] for nr rows k and w0 columns j: rows of
+ * a dequantized piece placed as columns (a transposed shard piece). */
+void fk_place_t(float *out, const float *w, int64_t nr, int64_t w0, int64_t ld, int64_t out_ld,
+                cudaStream_t s);
+
 #endif

@@ -262,3 +262,22 @@ void fk_scale(float *x, int64_t n, double s, cudaStream_t st)
     if (n > 0)
         k_scale<<<fk_blocks(n), FK_THREADS, 0, st>>>(x, n, s);
 }
+
+/* ---- transposed placement of a shard piece (gguf_shard_materialize) ---- */
+
+__global__ static void k_place_t(float *out, const float *w, int64_t nr, int64_t w0, int64_t ld,
+                                 int64_t out_ld)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nr * w0;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t k = i / w0, j = i % w0;
+        out[j * out_ld + k] = w[k * ld + j];
+    }
+}
+
+void fk_place_t(float *out, const float *w, int64_t nr, int64_t w0, int64_t ld, int64_t out_ld,
+                cudaStream_t s)
+{
+    if (nr * w0 > 0)
+        k_place_t<<<fk_blocks(nr * w0), FK_THREADS, 0, s>>>(out, w, nr, w0, ld, out_ld);
+}

@@ -3,16 +3,11 @@
  * same steps, capture points and weight order as libgguf/src/forward_run.c,
  * with activations and the KV cache in device memory.
  *
- * Weight streaming, per chunk c of rows (buffer b = c % 2):
- *
- *   host:         wait h2d_done[b]; memcpy rows mmap -> pinned[b] (threads)
- *   copy stream:  wait consumed[b]; pinned[b] -> raw[b]; record h2d_done[b]
- *   compute:      wait h2d_done[b]; dequant raw[b] -> wbuf[b]; GEMM (or copy)
- *                 with wbuf[b]; record consumed[b]
- *
- * so the host fills one pinned buffer and the copy engine moves it while the
- * GPU dequantizes and multiplies the other: transfers overlap compute across
- * matmuls, tensors and layers alike.
+ * Weights stream through fwd_stream.h: the host gathers quantized rows into
+ * one pinned buffer while the copy engine moves the other and the GPU
+ * dequantizes and multiplies what arrived, so transfers overlap compute
+ * across matmuls, tensors and layers alike. An MoE layer asks for the routed
+ * experts of a tensor in one request, which packs them into few large chunks.
  */
 #include "cuda_internal.h"
 
@@ -35,10 +30,13 @@ extern "C" {
 #include "fwd_dl.h"
 #include "ggufkit_cuda/cuda_dequant.h"
 #include "ggufkit_cuda/forward_cuda.h"
-#include "ggufkit_cuda/host_copy.h"
+#include "fwd_stream.h"
 
 #define FC_CHUNK_BYTES_DEFAULT ((size_t)64 << 20)
-#define FC_CHUNK_FLOATS ((int64_t)32 << 20) /* 128 MiB of dequantized floats */
+/* Dequantized floats per chunk: 64 MiB of Q4_K is 119 Mi floats; 64 Mi
+ * floats (256 MiB) keep quantized chunks of tens of MB, where per-chunk costs
+ * vanish against the copy. */
+#define FC_CHUNK_FLOATS ((int64_t)64 << 20)
 
 typedef struct fc_cache {
     float *k; /* [cap][k_w]: GQA keys, or the MLA latent [kv_cmpr | k_pe] */
@@ -51,18 +49,10 @@ struct gguf_cuda_fwd {
     const gguf_hparams *hp;
     gguf_fwd_opts o;
     int device;
-    cudaStream_t ks, cs; /* compute, copy */
+    cudaStream_t ks; /* compute (the streamer has the copy stream) */
     cublasHandle_t blas;
     bool blas_ok;
-    size_t chunk_bytes;
-    int n_copy_threads;
-    gguf_host_copy_team *team;
-    void *pinned[2];
-    void *raw[2];
-    float *wbuf[2];
-    cudaEvent_t h2d_done[2], consumed[2];
-    uint64_t slot;
-    long page;
+    fs_streamer *fs;
     fc_cache *lc;
     int64_t cap, k_w, v_w, n_past;
     gguf_fwd_stats st;
@@ -143,74 +133,28 @@ static int64_t t_rows(const gguf_tensor *t)
 
 /* ------------------------------------------------------------ streaming */
 
-typedef int (*fc_chunk_fn)(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
-                           gguf_error *err);
-
-/* Stream rows [row0, row0+n_rows) of t (a matrix of ne[0]-wide rows) through
- * the staging buffers; fn is called for each chunk with its dequantized rows
- * in device memory, and queues its work on the compute stream. */
+/* Stream rows [row0, row0+n_rows) of t; fn gets the dequantized rows chunk by
+ * chunk (fwd_stream.h) and queues its work on the compute stream. */
 static int fc_stream(gguf_cuda_fwd *c, const gguf_tensor *t, int64_t row0, int64_t n_rows,
-                     fc_chunk_fn fn, void *arg, gguf_error *err)
+                     fs_rows_fn fn, void *arg, gguf_error *err)
 {
-    uint64_t row_bytes;
-    int rc = gguf_type_row_bytes(t->type, t->ne[0], &row_bytes);
-    if (rc)
-        return gguf_fail(err, rc, t->file_offset, "%s: bad row", t->name);
-    if (!gguf_cuda_dequant_supported(t->type))
-        return gguf_fail(err, GGUF_E_BAD_TYPE, t->file_offset,
-                         "%s: type %u cannot be dequantized on the GPU", t->name, t->type);
-    int64_t per = (int64_t)(c->chunk_bytes / row_bytes);
-    if (per > FC_CHUNK_FLOATS / t->ne[0])
-        per = FC_CHUNK_FLOATS / t->ne[0];
-    if (per < 1)
-        return gguf_fail(err, GGUF_E_UNSUPPORTED, t->file_offset,
-                         "%s: one row (%llu bytes) is larger than a streaming chunk", t->name,
-                         (unsigned long long)row_bytes);
-    for (int64_t r = 0; r < n_rows; r += per) {
-        const int64_t nr = n_rows - r < per ? n_rows - r : per;
-        const int b = (int)(c->slot++ & 1);
-        const uint8_t *src = t->data + (uint64_t)(row0 + r) * row_bytes;
-        const size_t bytes = (size_t)((uint64_t)nr * row_bytes);
-        GC_TRY(err, cudaEventSynchronize(c->h2d_done[b]));
-        gguf_host_copy(c->team, c->pinned[b], src, bytes);
-        GC_TRY(err, cudaStreamWaitEvent(c->cs, c->consumed[b], 0));
-        GC_TRY(err, cudaMemcpyAsync(c->raw[b], c->pinned[b], bytes, cudaMemcpyHostToDevice, c->cs));
-        GC_TRY(err, cudaEventRecord(c->h2d_done[b], c->cs));
-        GC_TRY(err, cudaStreamWaitEvent(c->ks, c->h2d_done[b], 0));
-        if ((rc = gguf_cuda_dequant(t->type, c->raw[b], c->wbuf[b], nr * t->ne[0],
-                                    (gguf_cuda_stream *)c->ks, err)))
-            return rc;
-        if ((rc = fn(c, c->wbuf[b], r, nr, arg, err)))
-            return rc;
-        GC_TRY(err, cudaEventRecord(c->consumed[b], c->ks));
-        if (c->o.drop_pages && c->page > 0) {
-            /* The bytes are in pinned memory now: drop the mapped pages (read
-             * again on demand), whole pages inside the range only. */
-            uintptr_t pb = (uintptr_t)src, pe = pb + (uintptr_t)bytes;
-            pb = (pb + (uintptr_t)c->page - 1) & ~(uintptr_t)(c->page - 1);
-            pe &= ~(uintptr_t)(c->page - 1);
-            if (pe > pb)
-                madvise((void *)pb, pe - pb, MADV_DONTNEED);
-        }
-        c->st.weight_bytes += bytes;
-        c->st.dequant_floats += (uint64_t)(nr * t->ne[0]);
-        c->xf.h2d_bytes += bytes;
-        c->xf.chunks++;
-    }
-    return 0;
+    const fs_rows one = {t, row0, n_rows};
+    return fs_stream(c->fs, &one, 1, fn, arg, err);
 }
 
 typedef struct fc_load_arg {
     float *dst;
     int64_t width;
+    cudaStream_t s;
 } fc_load_arg;
 
-static int fc_load_chunk(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
+static int fc_load_chunk(const float *w, int64_t i, int64_t r0, int64_t nr, void *arg,
                          gguf_error *err)
 {
     fc_load_arg *a = (fc_load_arg *)arg;
+    (void)i;
     GC_TRY(err, cudaMemcpyAsync(a->dst + r0 * a->width, w, (size_t)(nr * a->width) * sizeof(float),
-                                cudaMemcpyDeviceToDevice, c->ks));
+                                cudaMemcpyDeviceToDevice, a->s));
     return 0;
 }
 
@@ -223,7 +167,7 @@ static int fc_load(gguf_cuda_fwd *c, const gguf_tensor *t, int64_t row0, int64_t
     int rc = fc_alloc(c, out, n * sizeof(float), err);
     if (rc)
         return rc;
-    fc_load_arg a = {*out, t->ne[0]};
+    fc_load_arg a = {*out, t->ne[0], c->ks};
     if ((rc = fc_stream(c, t, row0, n_rows, fc_load_chunk, &a, err))) {
         fc_dfree(c, *out);
         *out = NULL;
@@ -243,23 +187,31 @@ static void fc_release(gguf_cuda_fwd *c, float *p, int64_t n_floats)
     fc_dfree(c, p);
 }
 
+/* One GEMM per request entry i: y_i[t][r0 + o] = W_i[o] . x_i[t], with
+ * y_i = y + y_off[i], x_i = x + x_off[i] and n_tok[i] tokens (a single entry
+ * when the arrays are NULL: offset 0, n_tok tokens). Column-major: W^T x. */
 typedef struct fc_mm_arg {
+    cublasHandle_t blas;
     float *y;
     int64_t ys;
     const float *x;
     int64_t xs;
     int64_t n_in, n_tok;
+    const int64_t *y_off, *x_off, *n_tok_of;
 } fc_mm_arg;
 
-/* y[t][r0 + o] = W[o] . x[t] for the chunk's rows: column-major, W^T x. */
-static int fc_mm_chunk(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
+static int fc_mm_chunk(const float *w, int64_t i, int64_t r0, int64_t nr, void *arg,
                        gguf_error *err)
 {
-    fc_mm_arg *a = (fc_mm_arg *)arg;
+    const fc_mm_arg *a = (const fc_mm_arg *)arg;
     const float one = 1.0f, zero = 0.0f;
-    FC_BLAS(err, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)a->n_tok,
-                             (int)a->n_in, &one, w, (int)a->n_in, a->x, (int)a->xs, &zero,
-                             a->y + r0, (int)a->ys));
+    const int64_t nt = a->n_tok_of ? a->n_tok_of[i] : a->n_tok;
+    const float *x = a->x + (a->x_off ? a->x_off[i] : 0);
+    float *y = a->y + (a->y_off ? a->y_off[i] : 0);
+    if (nt < 1)
+        return 0;
+    FC_BLAS(err, cublasSgemm(a->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)nt, (int)a->n_in,
+                             &one, w, (int)a->n_in, x, (int)a->xs, &zero, y + r0, (int)a->ys));
     return 0;
 }
 
@@ -269,7 +221,7 @@ static int fc_mm(gguf_cuda_fwd *c, float *y, int64_t ys, const float *x, int64_t
                  int64_t n_tok, gguf_error *err)
 {
     const int64_t n_in = w->ne[0];
-    fc_mm_arg a = {y, ys ? ys : n_out, x, xs ? xs : n_in, n_in, n_tok};
+    fc_mm_arg a = {c->blas, y, ys ? ys : n_out, x, xs ? xs : n_in, n_in, n_tok, NULL, NULL, NULL};
     int rc = fc_stream(c, w, row0, n_out, fc_mm_chunk, &a, err);
     if (rc || !bias)
         return rc;
@@ -583,12 +535,18 @@ static int ffn_swiglu(gguf_cuda_fwd *c, const gguf_tensor *g, const gguf_tensor 
     return rc;
 }
 
+static fs_rows fc_rows(const gguf_tensor *t, int64_t row0, int64_t n_rows)
+{
+    fs_rows r = {t, row0, n_rows};
+    return r;
+}
+
 static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, float *out,
                    gguf_error *err)
 {
     const gguf_hparams *hp = c->hp;
     const int64_t E = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used, nff = hp->n_ff_exp;
-    float *dlog = NULL, *xs = NULL, *ys = NULL, *dw = NULL;
+    float *dlog = NULL, *xs = NULL, *ys = NULL, *dw = NULL, *hg = NULL, *hu = NULL;
     int32_t *drows = NULL;
     double *acc = NULL;
     float *hlog = (float *)malloc((size_t)(n * ne) * sizeof(float) + 1);
@@ -600,6 +558,10 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
     int32_t *rows = (int32_t *)malloc((size_t)(n * nu) * sizeof(int32_t) + 1);
     float *roww = (float *)malloc((size_t)(n * nu) * sizeof(float) + 1);
     int64_t *start = (int64_t *)calloc((size_t)(ne + 1), sizeof(int64_t));
+    fs_rows *rq = (fs_rows *)malloc((size_t)(3 * ne + 1) * sizeof(fs_rows));
+    fs_rows *rq_up = rq + ne, *rq_down = rq + 2 * ne;
+    int64_t *off_h = (int64_t *)malloc((size_t)(3 * ne + 1) * sizeof(int64_t));
+    int64_t *off_e = off_h + ne, *ntok = off_h + 2 * ne;
     float *bias = NULL;
     const gguf_tensor *bt = W(c, il, GGUF_ROLE_FFN_EXP_PROBS_B);
     const gguf_tensor *gi = W(c, il, GGUF_ROLE_FFN_GATE_INP),
@@ -607,7 +569,8 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
                       *de = W(c, il, GGUF_ROLE_FFN_DOWN_EXPS), *gs = W(c, il, GGUF_ROLE_FFN_GATE_SHEXP),
                       *us = W(c, il, GGUF_ROLE_FFN_UP_SHEXP), *ds = W(c, il, GGUF_ROLE_FFN_DOWN_SHEXP);
     int rc = 0;
-    if (!hlog || !logits || !ids || !wts || !scr || !cap || !rows || !roww || !start) {
+    if (!hlog || !logits || !ids || !wts || !scr || !cap || !rows || !roww || !start || !rq ||
+        !off_h) {
         rc = fw_nomem(err, "MoE");
         goto done;
     }
@@ -668,8 +631,10 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         start[ne] = m;
         if ((rc = fc_alloc(c, &drows, (size_t)(m + 1) * sizeof(int32_t), err)) ||
             (rc = fc_alloc(c, &dw, (size_t)(m + 1) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &xs, (size_t)(n * E) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &ys, (size_t)(n * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &xs, (size_t)((m + 1) * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &ys, (size_t)(((m > n ? m : n) + 1) * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &hg, (size_t)((m + 1) * nff) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &hu, (size_t)((m + 1) * nff) * sizeof(float), err)) ||
             (rc = fc_alloc(c, &acc, (size_t)(n * E) * sizeof(double), err)))
             goto done;
         GC_TRY(err, cudaMemcpyAsync(drows, rows, (size_t)m * sizeof(int32_t),
@@ -677,16 +642,40 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         GC_TRY(err, cudaMemcpyAsync(dw, roww, (size_t)m * sizeof(float), cudaMemcpyHostToDevice,
                                     c->ks));
         GC_TRY(err, cudaMemsetAsync(acc, 0, (size_t)(n * E) * sizeof(double), c->ks));
+        /* every routed row's input, expert by expert */
+        fk_gather(xs, x, drows, m, E, c->ks);
     }
-    for (int64_t e = 0; e < ne; e++) {
-        const int64_t m = start[e + 1] - start[e];
-        if (m == 0)
-            continue; /* never routed to: never moved */
-        c->st.experts_loaded++;
-        fk_gather(xs, x, drows + start[e], m, E, c->ks);
-        if ((rc = ffn_swiglu(c, ge, ue, de, e * nff, e * E, nff, xs, m, ys, err)))
+    /* The routed experts of each tensor in one request: they travel packed
+     * into few chunks, one GEMM per expert as its rows arrive. */
+    {
+        int64_t nx = 0;
+        for (int64_t e = 0; e < ne; e++) {
+            const int64_t me = start[e + 1] - start[e];
+            if (me == 0)
+                continue; /* never routed to: never moved */
+            rq[nx] = fc_rows(ge, e * nff, nff);
+            rq_up[nx] = fc_rows(ue, e * nff, nff);
+            rq_down[nx] = fc_rows(de, e * E, E);
+            off_h[nx] = start[e] * nff;
+            off_e[nx] = start[e] * E;
+            ntok[nx] = me;
+            nx++;
+        }
+        c->st.experts_loaded += (uint64_t)nx;
+        fc_mm_arg ag = {c->blas, hg, nff, xs, E, E, 0, off_h, off_e, ntok};
+        fc_mm_arg au = ag;
+        au.y = hu;
+        fc_mm_arg ad = {c->blas, ys, E, hg, nff, nff, 0, off_e, off_h, ntok};
+        if ((rc = fs_stream(c->fs, rq, nx, fc_mm_chunk, &ag, err)) ||
+            (rc = fs_stream(c->fs, rq_up, nx, fc_mm_chunk, &au, err)))
             goto done;
-        fk_moe_acc(acc, ys, drows + start[e], dw + start[e], m, E, c->ks);
+        fk_swiglu(hg, hu, start[ne] * nff, c->ks);
+        if ((rc = fs_stream(c->fs, rq_down, nx, fc_mm_chunk, &ad, err)))
+            goto done;
+        /* combined expert by expert, in the CPU's order */
+        for (int64_t e = 0; e < ne; e++)
+            fk_moe_acc(acc, ys + start[e] * E, drows + start[e], dw + start[e],
+                       start[e + 1] - start[e], E, c->ks);
     }
     if (gs && us && ds) {
         if ((rc = ffn_swiglu(c, gs, us, ds, 0, 0, gs->ne[1], x, n, ys, err)))
@@ -705,6 +694,10 @@ done:
     fc_dfree(c, dw);
     fc_dfree(c, drows);
     fc_dfree(c, acc);
+    fc_dfree(c, hg);
+    fc_dfree(c, hu);
+    free(rq);
+    free(off_h);
     free(hlog);
     free(logits);
     free(ids);
@@ -785,13 +778,10 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     c->hp = gguf_model_hparams(m);
     c->o = fo;
     c->device = co.device;
-    c->chunk_bytes = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
-    c->n_copy_threads = co.n_copy_threads ? co.n_copy_threads : 8;
-    c->page = sysconf(_SC_PAGESIZE);
     c->k_w = c->cpu->k_w;
     c->v_w = c->cpu->v_w;
     c->lc = (fc_cache *)calloc((size_t)(c->hp->n_layer > 0 ? c->hp->n_layer : 1), sizeof *c->lc);
-    if (!c->lc || gguf_host_copy_team_create(&c->team, c->n_copy_threads, NULL)) {
+    if (!c->lc) {
         gguf_cuda_fwd_free(c);
         return fw_nomem(err, "cache");
     }
@@ -822,13 +812,18 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
         FC_INIT(cudaMemGetInfo(&c->free0, &tot));
     }
     FC_INIT(cudaStreamCreateWithFlags(&c->ks, cudaStreamNonBlocking));
-    FC_INIT(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking));
-    for (int b = 0; b < 2; b++) {
-        FC_INIT(cudaHostAlloc(&c->pinned[b], c->chunk_bytes, cudaHostAllocDefault));
-        FC_INIT(cudaMalloc(&c->raw[b], c->chunk_bytes));
-        FC_INIT(cudaMalloc((void **)&c->wbuf[b], (size_t)FC_CHUNK_FLOATS * sizeof(float)));
-        FC_INIT(cudaEventCreateWithFlags(&c->h2d_done[b], cudaEventDisableTiming));
-        FC_INIT(cudaEventCreateWithFlags(&c->consumed[b], cudaEventDisableTiming));
+    {
+        /* the host copy is the slowest stage: as many threads as cores, up to 16 */
+        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        const int nth = co.n_copy_threads ? co.n_copy_threads
+                                          : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
+        const size_t cb = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
+        const int64_t cf = (int64_t)cb < FC_CHUNK_FLOATS ? (int64_t)cb : FC_CHUNK_FLOATS;
+        int frc = fs_create(&c->fs, c->ks, cb, cf, nth, fo.drop_pages, err);
+        if (frc) {
+            gguf_cuda_fwd_free(c);
+            return frc;
+        }
     }
 #undef FC_INIT
     {
@@ -854,7 +849,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
         return fc_blas_fail(err, bs, "cuBLAS set-up");
     }
     /* the two dequantized chunks are always there */
-    c->resident = (uint64_t)FC_CHUNK_FLOATS * sizeof(float) * 2;
+    c->resident = fs_resident_bytes(c->fs);
     c->st.peak_weight_bytes = c->resident;
     *out = c;
     return 0;
@@ -868,31 +863,17 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
         (void)cudaSetDevice(c->device);
         (void)cudaStreamSynchronize(c->ks);
     }
-    if (c->cs)
-        (void)cudaStreamSynchronize(c->cs);
     if (c->lc && c->hp)
         for (int64_t i = 0; i < c->hp->n_layer; i++) {
             cudaFree(c->lc[i].k);
             cudaFree(c->lc[i].v);
         }
     free(c->lc);
-    for (int b = 0; b < 2; b++) {
-        if (c->pinned[b])
-            cudaFreeHost(c->pinned[b]);
-        cudaFree(c->raw[b]);
-        cudaFree(c->wbuf[b]);
-        if (c->h2d_done[b])
-            cudaEventDestroy(c->h2d_done[b]);
-        if (c->consumed[b])
-            cudaEventDestroy(c->consumed[b]);
-    }
+    fs_free(c->fs);
     if (c->blas_ok)
         cublasDestroy(c->blas);
     if (c->ks)
         cudaStreamDestroy(c->ks);
-    if (c->cs)
-        cudaStreamDestroy(c->cs);
-    gguf_host_copy_team_free(c->team);
     gguf_fwd_ctx_free(c->cpu);
     free(c);
 }
@@ -904,26 +885,40 @@ int64_t gguf_cuda_fwd_n_past(const gguf_cuda_fwd *c)
 
 void gguf_cuda_fwd_stats(const gguf_cuda_fwd *c, gguf_fwd_stats *out, gguf_cuda_fwd_xfer *xfer)
 {
-    if (c && out)
+    if (!c)
+        return;
+    const fs_stats fs = fs_get_stats(c->fs);
+    if (out) {
         *out = c->st;
-    if (c && xfer)
+        out->weight_bytes = fs.bytes;
+        out->dequant_floats = fs.floats;
+    }
+    if (xfer) {
         *xfer = c->xf;
+        xfer->h2d_bytes = fs.bytes;
+        xfer->chunks = fs.chunks;
+        xfer->host_copy_seconds = fs.copy_seconds;
+        xfer->host_wait_seconds = fs.wait_seconds;
+    }
 }
 
 /* ------------------------------------------------------------ eval */
 
+/* Embedding rows, one request entry per token, into x's rows. */
 typedef struct fc_embd_arg {
-    float *dst;
+    float *x;
+    int64_t E;
+    cudaStream_t s;
 } fc_embd_arg;
 
-static int fc_embd_chunk(gguf_cuda_fwd *c, const float *w, int64_t r0, int64_t nr, void *arg,
+static int fc_embd_chunk(const float *w, int64_t i, int64_t r0, int64_t nr, void *arg,
                          gguf_error *err)
 {
+    const fc_embd_arg *a = (const fc_embd_arg *)arg;
     (void)r0;
     (void)nr;
-    fc_embd_arg *a = (fc_embd_arg *)arg;
-    GC_TRY(err, cudaMemcpyAsync(a->dst, w, (size_t)c->hp->n_embd * sizeof(float),
-                                cudaMemcpyDeviceToDevice, c->ks));
+    GC_TRY(err, cudaMemcpyAsync(a->x + i * a->E, w, (size_t)a->E * sizeof(float),
+                                cudaMemcpyDeviceToDevice, a->s));
     return 0;
 }
 
@@ -947,11 +942,21 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
         const gguf_tensor *te = W(c, -1, GGUF_ROLE_TOKEN_EMBD);
         if ((rc = need(te, -1, GGUF_ROLE_TOKEN_EMBD, err)))
             goto done;
-        for (int64_t t = 0; t < n; t++) {
-            fc_embd_arg a = {x + t * E};
-            if ((rc = fc_stream(c, te, tokens[t], 1, fc_embd_chunk, &a, err)))
-                goto done;
+        fs_rows *rq = (fs_rows *)malloc((size_t)n * sizeof *rq);
+        if (!rq) {
+            rc = fw_nomem(err, "embedding");
+            goto done;
         }
+        for (int64_t t = 0; t < n; t++) {
+            rq[t].t = te;
+            rq[t].row0 = tokens[t];
+            rq[t].n_rows = 1;
+        }
+        fc_embd_arg a = {x, E, c->ks};
+        rc = fs_stream(c->fs, rq, n, fc_embd_chunk, &a, err);
+        free(rq);
+        if (rc)
+            goto done;
         for (int64_t il = 0; il < hp->n_layer_main; il++) {
             const int L = (int)il;
             if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, il, GGUF_ROLE_ATTN_NORM), err)) ||

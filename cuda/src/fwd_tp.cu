@@ -13,12 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern "C" {
 #include "forward_internal.h"
 }
 #include "fwd_cuda_internal.h"
 #include "fwd_dl.h"
+#include "fwd_stream.h"
 #include "ggufkit_cuda/forward_cuda_tp.h"
 
 typedef struct tc_cache {
@@ -35,6 +37,7 @@ struct gguf_cuda_tp {
     gguf_fwd_opts o;
     int r, tp, device;
     cudaStream_t s;
+    fs_streamer *fs; /* slices stream and are cut on the GPU */
     cublasHandle_t blas;
     bool blas_ok;
     tc_cache *lc;
@@ -76,10 +79,13 @@ static int tc_alloc(float **p, int64_t n, gguf_error *err)
     return 0;
 }
 
-/* The plan's slice of (il, role) for this rank, uploaded; an absent entry
- * leaves w empty (d == NULL), as tp_get does. keep_host keeps the host copy. */
-static int tc_get(gguf_cuda_tp *c, int64_t il, gguf_role role, tw *w, bool keep_host,
-                  gguf_error *err)
+/* The plan's slice of (il, role) for this rank on the device; an absent
+ * entry leaves w empty (d == NULL), as tp_get does. The slice is built on the
+ * GPU from the streamed quantized rows (fs_materialize), only the slabs in
+ * keep when given (an expert tensor's routed experts); keep_host builds it
+ * on the host instead and keeps the host copy (small vectors read there). */
+static int tc_get_some(gguf_cuda_tp *c, int64_t il, gguf_role role, tw *w, bool keep_host,
+                       const bool *keep, int64_t n_keep, gguf_error *err)
 {
     memset(w, 0, sizeof *w);
     const gguf_shard_tensor *e = gguf_shard_plan_get(c->plan, il, role);
@@ -95,29 +101,37 @@ static int tc_get(gguf_cuda_tp *c, int64_t il, gguf_role role, tw *w, bool keep_
         w->ne[d] = sl->ne[d] > 0 ? sl->ne[d] : 1;
         n *= w->ne[d];
     }
-    float *h = (float *)malloc((size_t)n * sizeof(float) + 4);
-    if (!h)
-        return fw_nomem(err, e->name);
-    int rc = gguf_shard_materialize(c->plan, idx, c->r, h, (size_t)n, err);
-    if (!rc)
-        rc = tc_alloc(&w->d, n, err);
-    if (!rc) {
-        cudaError_t ce = cudaMemcpy(w->d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice);
-        if (ce != cudaSuccess)
-            rc = gguf_cuda_fail(err, ce, "weight upload");
+    int rc = tc_alloc(&w->d, n, err);
+    if (rc)
+        return rc;
+    if (!keep_host) {
+        rc = fs_materialize(c->fs, c->plan, idx, c->r, w->d, n, keep, n_keep, err);
+    } else {
+        w->h = (float *)malloc((size_t)n * sizeof(float) + 4);
+        if (!w->h)
+            rc = fw_nomem(err, e->name);
+        if (!rc)
+            rc = gguf_shard_materialize(c->plan, idx, c->r, w->h, (size_t)n, err);
+        if (!rc) {
+            cudaError_t ce = cudaMemcpy(w->d, w->h, (size_t)n * sizeof(float),
+                                        cudaMemcpyHostToDevice);
+            if (ce != cudaSuccess)
+                rc = gguf_cuda_fail(err, ce, "weight upload");
+        }
     }
     if (rc) {
-        free(h);
         tw_free(w);
         return rc;
     }
-    if (keep_host)
-        w->h = h;
-    else
-        free(h);
     w->n = n;
     w->e = e;
     return 0;
+}
+
+static int tc_get(gguf_cuda_tp *c, int64_t il, gguf_role role, tw *w, bool keep_host,
+                  gguf_error *err)
+{
+    return tc_get_some(c, il, role, w, keep_host, NULL, 0, err);
 }
 
 /* A vector weight of length want: the slice, zero-filled or cut (fitv). */
@@ -614,18 +628,18 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
     float *capv = (float *)malloc((size_t)(n * nu) * 2 * sizeof(float) + 1);
     int32_t *rows = (int32_t *)malloc((size_t)(n * nu) * sizeof(int32_t) + 1);
     float *roww = (float *)malloc((size_t)(n * nu) * sizeof(float) + 1);
+    bool *keep = NULL;
     int rc = 0;
     if (!hlog || !logits || !ids || !wts || !scr || !capv || !rows || !roww) {
         rc = fw_nomem(err, "tp MoE");
         goto done;
     }
     if ((rc = tc_get(c, il, GGUF_ROLE_FFN_GATE_INP, &gi, false, err)) ||
-        (rc = tc_get(c, il, GGUF_ROLE_FFN_EXP_PROBS_B, &bt, true, err)) ||
-        (rc = tc_get(c, il, GGUF_ROLE_FFN_GATE_EXPS, &ge, false, err)) ||
-        (rc = tc_get(c, il, GGUF_ROLE_FFN_UP_EXPS, &ue, false, err)) ||
-        (rc = tc_get(c, il, GGUF_ROLE_FFN_DOWN_EXPS, &de, false, err)))
+        (rc = tc_get(c, il, GGUF_ROLE_FFN_EXP_PROBS_B, &bt, true, err)))
         goto done;
-    if (!gi.d || !ge.d || !ue.d || !de.d) {
+    if (!gi.d || !gguf_shard_plan_get(c->plan, il, GGUF_ROLE_FFN_GATE_EXPS) ||
+        !gguf_shard_plan_get(c->plan, il, GGUF_ROLE_FFN_UP_EXPS) ||
+        !gguf_shard_plan_get(c->plan, il, GGUF_ROLE_FFN_DOWN_EXPS)) {
         rc = gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET, "cuda tp: blk.%lld: no experts",
                        (long long)il);
         goto done;
@@ -660,9 +674,23 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
         (rc = tc_capture(c, (int)il, "moe_weights", NULL, capv + n * nu, nu, n, err)))
         goto done;
     {
-        /* the experts this rank owns, from its local slices */
+        /* the experts this rank owns, from its local slices; only those some
+         * token routes to are moved to the GPU */
         int64_t first, end;
         gguf_shard_plan_experts(c->plan, c->r, &first, &end);
+        const int64_t n_keep = end - first > 0 ? end - first : 0;
+        keep = (bool *)calloc((size_t)n_keep + 1, sizeof(bool));
+        if (!keep) {
+            rc = fw_nomem(err, "tp MoE");
+            goto done;
+        }
+        for (int64_t i = 0; i < n * nu; i++)
+            if (ids[i] >= first && ids[i] < end)
+                keep[ids[i] - first] = true;
+        if ((rc = tc_get_some(c, il, GGUF_ROLE_FFN_GATE_EXPS, &ge, false, keep, n_keep, err)) ||
+            (rc = tc_get_some(c, il, GGUF_ROLE_FFN_UP_EXPS, &ue, false, keep, n_keep, err)) ||
+            (rc = tc_get_some(c, il, GGUF_ROLE_FFN_DOWN_EXPS, &de, false, keep, n_keep, err)))
+            goto done;
         const int64_t ffl = ge.ne[1], ffd = de.ne[0], nloc = ge.ne[2];
         if ((rc = tc_alloc(&xs, n * E, err)) || (rc = tc_alloc(&ys, n * E, err)) ||
             (rc = tc_alloc((float **)&drows, n * nu + 1, err)) ||
@@ -728,6 +756,7 @@ done:
     free(rows);
     free(roww);
     free(bias);
+    free(keep);
     return rc;
 }
 
@@ -976,6 +1005,17 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
         return gguf_cuda_fail(err, ce, "cuda tp set-up");
     }
     {
+        /* ranks share the host's cores: a few copy threads each */
+        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        long nth = ncpu / (tp > 0 ? tp : 1);
+        nth = nth < 1 ? 1 : nth > 16 ? 16 : nth;
+        if ((rc = fs_create(&c->fs, c->s, (size_t)64 << 20, (int64_t)64 << 20, (int)nth,
+                            fo.drop_pages, err))) {
+            gguf_cuda_tp_free(c);
+            return rc;
+        }
+    }
+    {
         int lrc = fwd_blas_load(err);
         if (lrc) {
             gguf_cuda_tp_free(c);
@@ -1013,6 +1053,7 @@ void gguf_cuda_tp_free(gguf_cuda_tp *c)
             cudaFree(c->lc[i].v);
         }
     free(c->lc);
+    fs_free(c->fs);
     if (c->blas_ok)
         cublasDestroy(c->blas);
     if (c->s)

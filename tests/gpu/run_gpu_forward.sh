@@ -168,6 +168,8 @@ if ! skipped model20b; then
         --experts 128 --experts-used 8 --expert-ff 768 --layers 32 --vocab 32000 --type Q4_K \
         --no-sync --force "$M" > "$OUT/model20b.log" 2>&1
     ls -la "$M" >> "$OUT/model20b.log"
+    # the streaming figure on this larger model too (64 tokens, the defaults)
+    "$BUILD/tests/bench_cuda_forward" "$M" 64 2>&1 | tee -a "$OUT/model20b.log" "$SUM"
     T64=$(python3 -c "print(','.join(str((i*7919+1)%32000) for i in range(64)))")
     for side in cuda cpu; do
         extra=""

@@ -237,10 +237,41 @@ static int host_copy_check(void)
                 bad = 1;
             }
         }
+        /* gathers: many parts of odd sizes from scattered sources, as the
+         * experts of an MoE layer are packed into one chunk */
+        for (int it = 0; it < 40 && !bad; it++) {
+            gguf_host_copy_part parts[64];
+            const int np = 1 + it % 64;
+            size_t total = 0;
+            for (int k = 0; k < np; k++) {
+                const size_t n = it % 5 == 0 ? 0 : ((size_t)(it * 131 + k * 977) * 613) % (200 << 10);
+                const size_t at = ((size_t)(k * 7919 + it) * 40503) % (N / 2);
+                parts[k].src = src + at;
+                parts[k].n = n;
+                total += n;
+            }
+            if (total > N / 2)
+                continue;
+            memset(dst, 0xA5, N);
+            gguf_host_copy_gather(t, dst, parts, np);
+            size_t o = 0;
+            for (int k = 0; k < np && !bad; k++) {
+                if (memcmp(dst + o, parts[k].src, parts[k].n)) {
+                    printf("FAIL host copy gather: team of %d, part %d of %d differs\n",
+                           gguf_host_copy_team_size(t), k, np);
+                    bad = 1;
+                }
+                o += parts[k].n;
+            }
+            if (!bad && dst[o] != 0xA5) {
+                printf("FAIL host copy gather: wrote past %zu bytes\n", o);
+                bad = 1;
+            }
+        }
         gguf_host_copy_team_free(t);
     }
     if (!bad)
-        printf("ok   host copy team (1..32 members, 750 copies)\n");
+        printf("ok   host copy team (1..32 members, 750 copies, 200 gathers)\n");
     free(src);
     free(dst);
     return bad;

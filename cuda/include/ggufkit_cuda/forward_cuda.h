@@ -27,7 +27,8 @@
  * the CPU) and multiplied on the compute stream; events order the reuse of
  * each buffer. Device memory holds two chunks of weights, the activations and
  * the KV cache, whatever the size of the model. An MoE layer moves only the
- * experts some token routes to.
+ * experts some token routes to, packed together into chunks of up to
+ * chunk_bytes (one GEMM per expert as its rows arrive).
  *
  * Agreement with the CPU f32 reference: not bit-exact (cuBLAS accumulates in
  * f32, the CPU in double); on generated models relative L2 stays below 1e-4
@@ -61,13 +62,18 @@ extern "C" {
 typedef struct gguf_cuda_fwd_opts {
     int device;             /* CUDA device index (default 0) */
     size_t chunk_bytes;     /* quantized bytes per streamed chunk; 0: 64 MiB */
-    int n_copy_threads;     /* host threads copying mmap -> pinned; 0: 8 */
+    int n_copy_threads;     /* host threads copying mmap -> pinned; 0: the online
+                               CPUs, at most 16 */
 } gguf_cuda_fwd_opts;
 
 /* Transfer figures of a context, summed over its evals. */
 typedef struct gguf_cuda_fwd_xfer {
     uint64_t h2d_bytes;     /* quantized weight bytes copied to the GPU */
-    uint64_t chunks;        /* chunks streamed */
+    uint64_t chunks;        /* chunks streamed (routed experts of a tensor are packed
+                               together, up to chunk_bytes) */
+    double host_copy_seconds; /* host time gathering weights into pinned memory */
+    double host_wait_seconds; /* host time waiting for a free pinned buffer (the
+                                 copy engine or the GPU is behind) */
     double stream_seconds;  /* wall time of evals spent streaming + computing */
     uint64_t device_bytes;  /* most device memory the context held, sampled after
                                every block (cudaMemGetInfo against the free memory

@@ -17,8 +17,9 @@
  * device the rank uses; every rank must make the same calls in the same
  * order. Compute is f32 (GGUF_FWD_F64 and absorbed MLA are refused with
  * GGUF_E_UNSUPPORTED); the glm-dsa indexer runs dense only, as in
- * forward_cuda.h. Weights are uploaded per op and freed after (no
- * streaming pipeline yet: this backend checks slicing, not speed).
+ * forward_cuda.h. A rank's slices are built on its GPU per op from the
+ * streamed quantized rows (the plan's pieces placed by device copies; only
+ * the routed experts of an expert tensor) and freed after.
  *
  * Errors: those of forward_cuda.h and nccl_comm.h (a dead peer: GGUF_E_IO
  * within the communicator's deadline); GGUF_E_INVALID when the plan was not

@@ -28,6 +28,17 @@ int gguf_host_copy_team_size(const gguf_host_copy_team *t);
  * copied. Buffers must not overlap. t may be NULL (plain memcpy). */
 void gguf_host_copy(gguf_host_copy_team *t, void *dst, const void *src, size_t n);
 
+/* A piece of a gather: n bytes from src. */
+typedef struct gguf_host_copy_part {
+    const void *src;
+    size_t n;
+} gguf_host_copy_part;
+
+/* Copy the parts one after another into dst (dst + sum of the earlier parts'
+ * n), the total split evenly over the team whatever the parts' sizes. */
+void gguf_host_copy_gather(gguf_host_copy_team *t, void *dst, const gguf_host_copy_part *parts,
+                           int n_parts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,247 @@
+/* The weight streamer of the GPU forward passes: see fwd_stream.h. */
+#include "cuda_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fwd_stream.h"
+#include "ggufkit_cuda/cuda_dequant.h"
+#include "ggufkit_cuda/host_copy.h"
+
+#define FS_BUFFERS 2
+
+/* A run of rows of one request entry, placed in the pending chunk. */
+typedef struct fs_part {
+    int64_t i, r0, nr;
+    int64_t float_off;
+} fs_part;
+
+struct fs_streamer {
+    cudaStream_t ks, cs; /* compute (the caller's), copy (ours) */
+    size_t chunk_bytes;
+    int64_t chunk_floats;
+    bool drop_pages;
+    long page;
+    gguf_host_copy_team *team;
+    void *pinned[FS_BUFFERS];
+    void *raw[FS_BUFFERS];
+    float *wbuf[FS_BUFFERS];
+    cudaEvent_t h2d_done[FS_BUFFERS], consumed[FS_BUFFERS];
+    uint64_t slot;
+    /* the chunk being filled */
+    uint32_t type;
+    size_t bytes;
+    int64_t floats;
+    fs_part *parts;
+    gguf_host_copy_part *src;
+    int n_parts, cap_parts;
+    fs_stats st;
+};
+
+static double fs_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int fs_create(fs_streamer **out, cudaStream_t compute, size_t chunk_bytes, int64_t chunk_floats,
+              int n_threads, bool drop_pages, gguf_error *err)
+{
+    *out = NULL;
+    fs_streamer *s = (fs_streamer *)calloc(1, sizeof *s);
+    if (!s)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "streamer: out of memory");
+    s->ks = compute;
+    s->chunk_bytes = chunk_bytes;
+    s->chunk_floats = chunk_floats;
+    s->drop_pages = drop_pages;
+    s->page = sysconf(_SC_PAGESIZE);
+    int rc = gguf_host_copy_team_create(&s->team, n_threads, err);
+    cudaError_t e = rc ? cudaSuccess : cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking);
+    for (int b = 0; b < FS_BUFFERS && !rc && e == cudaSuccess; b++) {
+        e = cudaHostAlloc(&s->pinned[b], chunk_bytes, cudaHostAllocDefault);
+        if (e == cudaSuccess)
+            e = cudaMalloc(&s->raw[b], chunk_bytes);
+        if (e == cudaSuccess)
+            e = cudaMalloc((void **)&s->wbuf[b], (size_t)chunk_floats * sizeof(float));
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&s->h2d_done[b], cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&s->consumed[b], cudaEventDisableTiming);
+    }
+    if (!rc && e != cudaSuccess)
+        rc = gguf_cuda_fail(err, e, "streaming buffers");
+    if (rc) {
+        fs_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void fs_free(fs_streamer *s)
+{
+    if (!s)
+        return;
+    if (s->ks)
+        (void)cudaStreamSynchronize(s->ks);
+    if (s->cs)
+        (void)cudaStreamSynchronize(s->cs);
+    for (int b = 0; b < FS_BUFFERS; b++) {
+        if (s->pinned[b])
+            cudaFreeHost(s->pinned[b]);
+        cudaFree(s->raw[b]);
+        cudaFree(s->wbuf[b]);
+        if (s->h2d_done[b])
+            cudaEventDestroy(s->h2d_done[b]);
+        if (s->consumed[b])
+            cudaEventDestroy(s->consumed[b]);
+    }
+    if (s->cs)
+        cudaStreamDestroy(s->cs);
+    gguf_host_copy_team_free(s->team);
+    free(s->parts);
+    free(s->src);
+    free(s);
+}
+
+fs_stats fs_get_stats(const fs_streamer *s)
+{
+    return s->st;
+}
+
+cudaStream_t fs_compute_stream(const fs_streamer *s)
+{
+    return s->ks;
+}
+
+uint64_t fs_resident_bytes(const fs_streamer *s)
+{
+    return (uint64_t)s->chunk_floats * sizeof(float) * FS_BUFFERS;
+}
+
+/* Drop the mapped pages of [p, p + n) (read again on demand): whole pages
+ * inside the range only. */
+static void fs_drop(const fs_streamer *s, const void *p, size_t n)
+{
+    uintptr_t pb = (uintptr_t)p, pe = pb + (uintptr_t)n;
+    pb = (pb + (uintptr_t)s->page - 1) & ~(uintptr_t)(s->page - 1);
+    pe &= ~(uintptr_t)(s->page - 1);
+    if (pe > pb)
+        madvise((void *)pb, pe - pb, MADV_DONTNEED);
+}
+
+/* Move the pending chunk to the GPU, dequantize it and hand each part to fn. */
+static int fs_flush(fs_streamer *s, fs_rows_fn fn, void *arg, gguf_error *err)
+{
+    if (s->n_parts == 0)
+        return 0;
+    const int b = (int)(s->slot++ % FS_BUFFERS);
+    const double t0 = fs_now();
+    GC_TRY(err, cudaEventSynchronize(s->h2d_done[b]));
+    const double t1 = fs_now();
+    gguf_host_copy_gather(s->team, s->pinned[b], s->src, s->n_parts);
+    s->st.wait_seconds += t1 - t0;
+    s->st.copy_seconds += fs_now() - t1;
+    GC_TRY(err, cudaStreamWaitEvent(s->cs, s->consumed[b], 0));
+    GC_TRY(err, cudaMemcpyAsync(s->raw[b], s->pinned[b], s->bytes, cudaMemcpyHostToDevice, s->cs));
+    GC_TRY(err, cudaEventRecord(s->h2d_done[b], s->cs));
+    GC_TRY(err, cudaStreamWaitEvent(s->ks, s->h2d_done[b], 0));
+    int rc = gguf_cuda_dequant(s->type, s->raw[b], s->wbuf[b], s->floats, (gguf_cuda_stream *)s->ks,
+                               err);
+    for (int k = 0; k < s->n_parts && !rc; k++) {
+        const fs_part *p = &s->parts[k];
+        rc = fn(s->wbuf[b] + p->float_off, p->i, p->r0, p->nr, arg, err);
+    }
+    /* recorded even after a failure: the buffer's next user must not wait
+     * on work that was never queued */
+    const cudaError_t e = cudaEventRecord(s->consumed[b], s->ks);
+    if (!rc && e != cudaSuccess)
+        rc = gguf_cuda_fail(err, e, "cudaEventRecord");
+    if (!rc && s->drop_pages)
+        for (int k = 0; k < s->n_parts; k++)
+            fs_drop(s, s->src[k].src, s->src[k].n);
+    s->st.bytes += s->bytes;
+    s->st.floats += (uint64_t)s->floats;
+    s->st.chunks++;
+    s->n_parts = 0;
+    s->bytes = 0;
+    s->floats = 0;
+    return rc;
+}
+
+static int fs_add(fs_streamer *s, int64_t i, int64_t r0, int64_t nr, const void *src, size_t bytes,
+                  int64_t floats, gguf_error *err)
+{
+    if (s->n_parts == s->cap_parts) {
+        const int cap = s->cap_parts ? 2 * s->cap_parts : 64;
+        fs_part *p = (fs_part *)realloc(s->parts, (size_t)cap * sizeof *p);
+        if (p)
+            s->parts = p;
+        gguf_host_copy_part *c = (gguf_host_copy_part *)realloc(s->src, (size_t)cap * sizeof *c);
+        if (c)
+            s->src = c;
+        if (!p || !c)
+            return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "streamer: out of memory");
+        s->cap_parts = cap;
+    }
+    fs_part *p = &s->parts[s->n_parts];
+    p->i = i;
+    p->r0 = r0;
+    p->nr = nr;
+    p->float_off = s->floats;
+    s->src[s->n_parts].src = src;
+    s->src[s->n_parts].n = bytes;
+    s->n_parts++;
+    s->bytes += bytes;
+    s->floats += floats;
+    return 0;
+}
+
+int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
+              gguf_error *err)
+{
+    int rc = 0;
+    s->n_parts = 0;
+    s->bytes = 0;
+    s->floats = 0;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        const gguf_tensor *t = req[i].t;
+        uint64_t rb;
+        if ((rc = gguf_type_row_bytes(t->type, t->ne[0], &rb)))
+            return gguf_fail(err, rc, t->file_offset, "%s: bad row", t->name);
+        if (!gguf_cuda_dequant_supported(t->type))
+            return gguf_fail(err, GGUF_E_BAD_TYPE, t->file_offset,
+                             "%s: type %u cannot be dequantized on the GPU", t->name, t->type);
+        if (rb > s->chunk_bytes || t->ne[0] > s->chunk_floats)
+            return gguf_fail(err, GGUF_E_UNSUPPORTED, t->file_offset,
+                             "%s: one row (%llu bytes) is larger than a streaming chunk", t->name,
+                             (unsigned long long)rb);
+        for (int64_t r = 0; r < req[i].n_rows && !rc;) {
+            if (s->n_parts && s->type != t->type && (rc = fs_flush(s, fn, arg, err)))
+                break;
+            int64_t fit = (int64_t)((s->chunk_bytes - s->bytes) / rb);
+            const int64_t fit_f = (s->chunk_floats - s->floats) / t->ne[0];
+            if (fit_f < fit)
+                fit = fit_f;
+            if (fit > req[i].n_rows - r)
+                fit = req[i].n_rows - r;
+            if (fit < 1) {
+                rc = fs_flush(s, fn, arg, err);
+                continue;
+            }
+            s->type = t->type;
+            rc = fs_add(s, i, r, fit, t->data + (uint64_t)(req[i].row0 + r) * rb,
+                        (size_t)((uint64_t)fit * rb), fit * t->ne[0], err);
+            r += fit;
+        }
+    }
+    if (!rc)
+        rc = fs_flush(s, fn, arg, err);
+    s->n_parts = 0;
+    return rc;
+}

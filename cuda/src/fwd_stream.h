@@ -1,0 +1,93 @@
+/*
+ * The weight streamer of the GPU forward passes (fwd_run.cu, fwd_tp.cu):
+ * rows of quantized tensors from the file's mmap to dequantized f32 rows in
+ * device memory, through two staging buffers, overlapping the host copy, the
+ * host-to-device copy and the GPU's work. Not installed.
+ *
+ * A request lists runs of rows (of one or several tensors). Consecutive runs
+ * of one type are packed into one chunk, up to the chunk's size: the routed
+ * experts of an MoE layer travel as a few large copies, not one small copy
+ * per expert. Per chunk c (buffer b = c % 2):
+ *
+ *   host:         wait h2d_done[b]; gather the runs' bytes from the mmap into
+ *                 pinned[b] (a team of copy threads)
+ *   copy stream:  wait consumed[b]; pinned[b] -> raw[b]; record h2d_done[b]
+ *   compute:      wait h2d_done[b]; dequantize raw[b] -> wbuf[b] (one launch
+ *                 for the chunk); the caller's function per run; record
+ *                 consumed[b]
+ *
+ * so the host fills one buffer while the copy engine moves the other and
+ * the GPU works on what arrived: transfers overlap compute across matmuls,
+ * tensors and layers alike.
+ */
+#ifndef GGUFKIT_FWD_STREAM_H
+#define GGUFKIT_FWD_STREAM_H
+
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/error.h"
+#include "gguf/file.h"
+#include "gguf/shard.h"
+
+/* Rows [row0, row0 + n_rows) of t, counted over ne[1]*ne[2]*ne[3] rows of
+ * ne[0] elements. */
+typedef struct fs_rows {
+    const gguf_tensor *t;
+    int64_t row0, n_rows;
+} fs_rows;
+
+/* Called for each part of request entry i that landed in one chunk: w holds
+ * its rows [r0, r0 + nr) (relative to the entry's row0) dequantized, nr rows
+ * of t->ne[0] floats in device memory, valid for work queued on the compute
+ * stream before the function returns. */
+typedef int (*fs_rows_fn)(const float *w, int64_t i, int64_t r0, int64_t nr, void *arg,
+                          gguf_error *err);
+
+/* Figures summed over a streamer's life. */
+typedef struct fs_stats {
+    uint64_t bytes;      /* quantized bytes copied to the GPU */
+    uint64_t floats;     /* elements dequantized */
+    uint64_t chunks;
+    double copy_seconds; /* host time gathering into pinned buffers */
+    double wait_seconds; /* host time waiting for a pinned buffer to be free */
+} fs_stats;
+
+typedef struct fs_streamer fs_streamer;
+
+/* Staging on the current device for work on `compute`: 2 x chunk_bytes of
+ * pinned and raw device memory, 2 x chunk_floats floats of dequantized rows,
+ * a copy stream and n_threads host copy threads. drop_pages: drop the mmap's
+ * pages of each chunk once they are in pinned memory (MADV_DONTNEED).
+ * @return 0; GGUF_E_NOMEM; the mapped CUDA error. */
+int fs_create(fs_streamer **out, cudaStream_t compute, size_t chunk_bytes, int64_t chunk_floats,
+              int n_threads, bool drop_pages, gguf_error *err);
+/* Waits for queued work; accepts NULL. */
+void fs_free(fs_streamer *s);
+
+/* Stream the n entries of req in order; fn is called for every part, in
+ * order. Returns when every chunk has been handed to the GPU.
+ * @return 0; GGUF_E_BAD_TYPE for a type the GPU cannot dequantize;
+ *         GGUF_E_UNSUPPORTED for a row larger than a chunk; fn's code. */
+int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
+              gguf_error *err);
+
+fs_stats fs_get_stats(const fs_streamer *s);
+/* The compute stream given to fs_create. */
+cudaStream_t fs_compute_stream(const fs_streamer *s);
+/* Device bytes of dequantized rows the streamer holds (both buffers). */
+uint64_t fs_resident_bytes(const fs_streamer *s);
+
+/*
+ * Rank r's slice of plan entry idx into dst (device, n floats, zeroed by the
+ * caller), on the GPU: what gguf_shard_materialize does on the host, the
+ * pieces' rows streamed and placed (transposed where the piece says). keep,
+ * when not NULL, has n_keep flags over the slice's slabs of ne[0]*ne[1]
+ * floats (the local experts of an expert tensor): rows landing in a slab not
+ * kept are not moved (they stay zero).
+ */
+int fs_materialize(fs_streamer *s, const gguf_shard_plan *plan, int64_t idx, int r, float *dst,
+                   int64_t n, const bool *keep, int64_t n_keep, gguf_error *err);
+
+#endif
