@@ -50,6 +50,7 @@ struct gguf_cuda_fwd {
     gguf_fwd_opts o;
     int device;
     cudaStream_t ks; /* compute (the streamer has the copy stream) */
+    cudaMemPool_t pool; /* activations and scratch: kept across syncs */
     cublasHandle_t blas;
     bool blas_ok;
     fs_streamer *fs;
@@ -103,7 +104,7 @@ static int fc_alloc(gguf_cuda_fwd *c, void *pp, size_t bytes, gguf_error *err)
 {
     void **p = (void **)pp;
     *p = NULL;
-    GC_TRY(err, cudaMallocAsync(p, bytes ? bytes : 16, c->ks));
+    GC_TRY(err, cudaMallocFromPoolAsync(p, bytes ? bytes : 16, c->pool, c->ks));
     return 0;
 }
 
@@ -546,7 +547,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
 {
     const gguf_hparams *hp = c->hp;
     const int64_t E = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used, nff = hp->n_ff_exp;
-    float *dlog = NULL, *xs = NULL, *ys = NULL, *dw = NULL, *hg = NULL, *hu = NULL;
+    float *dlog = NULL, *xs = NULL, *ys = NULL, *dw = NULL, *hg = NULL, *hu = NULL, *ysh = NULL;
     int32_t *drows = NULL;
     double *acc = NULL;
     float *hlog = (float *)malloc((size_t)(n * ne) * sizeof(float) + 1);
@@ -585,7 +586,17 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         goto done;
     GC_TRY(err, cudaMemcpyAsync(hlog, dlog, (size_t)(n * ne) * sizeof(float),
                                 cudaMemcpyDeviceToHost, c->ks));
-    GC_TRY(err, cudaStreamSynchronize(c->ks));
+    /* The shared experts need no routing: they stream while the GPU computes
+     * the router logits, instead of after the wait for them. */
+    if (gs && us && ds &&
+        ((rc = fc_alloc(c, &ysh, (size_t)(n * E) * sizeof(float), err)) ||
+         (rc = ffn_swiglu(c, gs, us, ds, 0, 0, gs->ne[1], x, n, ysh, err))))
+        goto done;
+    {
+        const double t0 = fc_now();
+        GC_TRY(err, cudaStreamSynchronize(c->ks));
+        c->xf.host_sync_seconds += fc_now() - t0;
+    }
     for (int64_t i = 0; i < n * ne; i++)
         logits[i] = hlog[i];
     if (bt) {
@@ -632,7 +643,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         if ((rc = fc_alloc(c, &drows, (size_t)(m + 1) * sizeof(int32_t), err)) ||
             (rc = fc_alloc(c, &dw, (size_t)(m + 1) * sizeof(float), err)) ||
             (rc = fc_alloc(c, &xs, (size_t)((m + 1) * E) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &ys, (size_t)(((m > n ? m : n) + 1) * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &ys, (size_t)((m + 1) * E) * sizeof(float), err)) ||
             (rc = fc_alloc(c, &hg, (size_t)((m + 1) * nff) * sizeof(float), err)) ||
             (rc = fc_alloc(c, &hu, (size_t)((m + 1) * nff) * sizeof(float), err)) ||
             (rc = fc_alloc(c, &acc, (size_t)(n * E) * sizeof(double), err)))
@@ -677,13 +688,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
             fk_moe_acc(acc, ys + start[e] * E, drows + start[e], dw + start[e],
                        start[e + 1] - start[e], E, c->ks);
     }
-    if (gs && us && ds) {
-        if ((rc = ffn_swiglu(c, gs, us, ds, 0, 0, gs->ne[1], x, n, ys, err)))
-            goto done;
-        fk_acc_out(out, acc, ys, n * E, c->ks);
-    } else {
-        fk_acc_out(out, acc, NULL, n * E, c->ks);
-    }
+    fk_acc_out(out, acc, ysh, n * E, c->ks);
     GC_TRY(err, cudaGetLastError());
     /* the host arrays above were copied from (pageable copies are staged
      * before they return), so they may be freed */
@@ -696,6 +701,7 @@ done:
     fc_dfree(c, acc);
     fc_dfree(c, hg);
     fc_dfree(c, hu);
+    fc_dfree(c, ysh);
     free(rq);
     free(off_h);
     free(hlog);
@@ -813,12 +819,26 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     }
     FC_INIT(cudaStreamCreateWithFlags(&c->ks, cudaStreamNonBlocking));
     {
+        /* The default pool gives its memory back at every synchronization
+         * (release threshold 0), and each MoE layer synchronizes for its
+         * routing: the next layer's allocations would map memory again. */
+        cudaMemPoolProps pp = {};
+        pp.allocType = cudaMemAllocationTypePinned;
+        pp.location.type = cudaMemLocationTypeDevice;
+        pp.location.id = c->device;
+        FC_INIT(cudaMemPoolCreate(&c->pool, &pp));
+        uint64_t keep = UINT64_MAX;
+        FC_INIT(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    }
+    {
         /* the host copy is the slowest stage: as many threads as cores, up to 16 */
         const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         const int nth = co.n_copy_threads ? co.n_copy_threads
                                           : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
         const size_t cb = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
-        const int64_t cf = (int64_t)cb < FC_CHUNK_FLOATS ? (int64_t)cb : FC_CHUNK_FLOATS;
+        /* 4 floats per quantized byte cover every type but F32/F16 rows,
+         * for which the bytes bind first */
+        const int64_t cf = (int64_t)cb * 4 < FC_CHUNK_FLOATS ? (int64_t)cb * 4 : FC_CHUNK_FLOATS;
         int frc = fs_create(&c->fs, c->ks, cb, cf, nth, fo.drop_pages, err);
         if (frc) {
             gguf_cuda_fwd_free(c);
@@ -874,6 +894,8 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
         cublasDestroy(c->blas);
     if (c->ks)
         cudaStreamDestroy(c->ks);
+    if (c->pool)
+        cudaMemPoolDestroy(c->pool);
     gguf_fwd_ctx_free(c->cpu);
     free(c);
 }
@@ -1008,7 +1030,9 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
                                         cudaMemcpyDeviceToHost, c->ks));
         }
         fc_sample_mem(c);
+        const double t0 = fc_now();
         GC_TRY(err, cudaStreamSynchronize(c->ks));
+        c->xf.host_sync_seconds += fc_now() - t0;
         GC_TRY(err, cudaGetLastError());
         c->n_past += n;
     }

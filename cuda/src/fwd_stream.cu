@@ -31,7 +31,9 @@ struct fs_streamer {
     float *wbuf[FS_BUFFERS];
     cudaEvent_t h2d_done[FS_BUFFERS], consumed[FS_BUFFERS];
     uint64_t slot;
-    /* the chunk being filled */
+    /* the chunk being filled, up to limit bytes (see fs_start_chunk) */
+    size_t limit;
+    double t_flushed; /* when the last chunk was handed over */
     uint32_t type;
     size_t bytes;
     int64_t floats;
@@ -165,6 +167,7 @@ static int fs_flush(fs_streamer *s, fs_rows_fn fn, void *arg, gguf_error *err)
     if (!rc && s->drop_pages)
         for (int k = 0; k < s->n_parts; k++)
             fs_drop(s, s->src[k].src, s->src[k].n);
+    s->t_flushed = fs_now();
     s->st.bytes += s->bytes;
     s->st.floats += (uint64_t)s->floats;
     s->st.chunks++;
@@ -202,6 +205,26 @@ static int fs_add(fs_streamer *s, int64_t i, int64_t r0, int64_t nr, const void 
     return 0;
 }
 
+/* A new chunk's size. When the copy engine is idle (after a sync, as for MoE
+ * routing), nothing overlaps the host's gather of the first chunk: start
+ * small and double, so the copy engine starts early; in steady state, whole
+ * chunks. */
+static void fs_start_chunk(fs_streamer *s)
+{
+    const size_t small = s->chunk_bytes / 16 > ((size_t)1 << 20) ? s->chunk_bytes / 16
+                                                                   : s->chunk_bytes;
+    const int last = (int)((s->slot + FS_BUFFERS - 1) % FS_BUFFERS);
+    /* idle: the last copy is over and the host did something else for a
+     * while (when the host's gather is the slower stage the copy engine is
+     * always idle by the time the next chunk starts, without any gap) */
+    if (fs_now() - s->t_flushed > 1e-4 && cudaEventQuery(s->h2d_done[last]) == cudaSuccess)
+        s->limit = small;
+    else
+        s->limit = s->limit * 2 < s->chunk_bytes ? s->limit * 2 : s->chunk_bytes;
+    if (s->limit < small)
+        s->limit = small;
+}
+
 int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
               gguf_error *err)
 {
@@ -224,8 +247,12 @@ int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void
         for (int64_t r = 0; r < req[i].n_rows && !rc;) {
             if (s->n_parts && s->type != t->type && (rc = fs_flush(s, fn, arg, err)))
                 break;
-            int64_t fit = (int64_t)((s->chunk_bytes - s->bytes) / rb);
-            const int64_t fit_f = (s->chunk_floats - s->floats) / t->ne[0];
+            if (s->n_parts == 0)
+                fs_start_chunk(s);
+            int64_t fit = s->bytes < s->limit ? (int64_t)((s->limit - s->bytes) / rb) : 0;
+            int64_t fit_f = (s->chunk_floats - s->floats) / t->ne[0];
+            if (s->n_parts == 0 && fit < 1)
+                fit = 1; /* a row larger than the ramp's first chunk */
             if (fit_f < fit)
                 fit = fit_f;
             if (fit > req[i].n_rows - r)

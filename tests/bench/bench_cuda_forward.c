@@ -97,13 +97,13 @@ int main(int argc, char **argv)
     const int nth = co.n_copy_threads ? co.n_copy_threads : (int)(ncpu > 16 ? 16 : ncpu);
     printf("model=%s arch=%s tokens=%lld weight_bytes=%llu chunks=%llu experts_loaded=%llu "
            "seconds=%.3f stream_GBps=%.2f h2d_GBps=%.2f ratio=%.1f%% host_copy_GBps=%.2f "
-           "host_copy_s=%.3f wait_s=%.3f copy_threads=%d chunk_MiB=%zu device_MiB=%.0f "
+           "host_copy_s=%.3f wait_s=%.3f sync_s=%.3f copy_threads=%d chunk_MiB=%zu device_MiB=%.0f "
            "model_MiB=%.0f\n",
            argv[1], gguf_model_hparams(m)->arch_name, (long long)n,
            (unsigned long long)xf.h2d_bytes, (unsigned long long)xf.chunks,
            (unsigned long long)st.experts_loaded, st.seconds, rate / 1e9, h2d / 1e9,
            h2d > 0 ? 100.0 * rate / h2d : 0.0, hc / 1e9, xf.host_copy_seconds,
-           xf.host_wait_seconds, nth, co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64,
+           xf.host_wait_seconds, xf.host_sync_seconds, nth, co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64,
            (double)xf.device_bytes / 1048576.0, (double)model_bytes / 1048576.0);
     gguf_model_free(m);
     gguf_set_close(set);
