@@ -37,6 +37,8 @@ struct gguf_host_copy_team {
     int n_parts;
     size_t total, per;
     int n_cuts;
+    int cut_base;     /* worker w copies cut w - cut_base: 0 when the caller
+                         copies cut 0 itself, 1 when it leaves (async) */
 };
 typedef gguf_host_copy_team fc_pool;
 
@@ -81,10 +83,11 @@ static void *fc_pool_main(void *arg)
         if (p->quit)
             break;
         seen = p->gen;
-        const bool mine = part < p->n_cuts;
+        const int cut = part - p->cut_base;
+        const bool mine = cut >= 0 && cut < p->n_cuts;
         pthread_mutex_unlock(&p->mu);
         if (mine)
-            fc_pool_part(p, part);
+            fc_pool_part(p, cut);
         pthread_mutex_lock(&p->mu);
         if (--p->pending == 0)
             pthread_cond_signal(&p->done);
@@ -130,39 +133,75 @@ static void fc_pool_free(fc_pool *p)
     pthread_mutex_destroy(&p->mu);
 }
 
-void gguf_host_copy_gather(gguf_host_copy_team *p, void *dst, const gguf_host_copy_part *parts,
-                           int n_parts)
+/* Hand a job to the workers (the caller copies cut 0 too unless async);
+ * false when it is too small to share: the caller copies it alone. */
+static bool fc_post(fc_pool *p, void *dst, const gguf_host_copy_part *parts, int n_parts,
+                    bool async)
 {
     size_t total = 0;
     for (int i = 0; i < n_parts; i++)
         total += parts[i].n;
     /* at least 256 KiB per member: below that, waking threads costs more */
     int cuts = (int)(total / ((size_t)256 << 10));
-    if (!p || cuts < 2) {
-        for (int i = 0; i < n_parts; i++) {
-            memcpy(dst, parts[i].src, parts[i].n);
-            dst = (char *)dst + parts[i].n;
-        }
-        return;
-    }
-    if (cuts > p->n_started + 1)
-        cuts = p->n_started + 1;
+    const int members = p ? p->n_started + (async ? 0 : 1) : 0;
+    if (cuts > members)
+        cuts = members;
+    if (cuts < (async ? 1 : 2))
+        return false;
     pthread_mutex_lock(&p->mu);
+    while (p->pending > 0) /* the previous job, if the caller did not wait */
+        pthread_cond_wait(&p->done, &p->mu);
     p->dst = (char *)dst;
     p->parts = parts;
     p->n_parts = n_parts;
     p->total = total;
     p->per = ((total + (size_t)cuts - 1) / (size_t)cuts + 4095) & ~(size_t)4095;
     p->n_cuts = cuts;
+    p->cut_base = async ? 1 : 0;
     p->pending = p->n_started;
     p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    fc_pool_part(p, 0);
+    return true;
+}
+
+static void fc_copy_alone(void *dst, const gguf_host_copy_part *parts, int n_parts)
+{
+    for (int i = 0; i < n_parts; i++) {
+        memcpy(dst, parts[i].src, parts[i].n);
+        dst = (char *)dst + parts[i].n;
+    }
+}
+
+void gguf_host_copy_wait(gguf_host_copy_team *p)
+{
+    if (!p)
+        return;
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+void gguf_host_copy_gather(gguf_host_copy_team *p, void *dst, const gguf_host_copy_part *parts,
+                           int n_parts)
+{
+    if (!fc_post(p, dst, parts, n_parts, false)) {
+        gguf_host_copy_wait(p);
+        fc_copy_alone(dst, parts, n_parts);
+        return;
+    }
+    fc_pool_part(p, 0);
+    gguf_host_copy_wait(p);
+}
+
+void gguf_host_copy_gather_start(gguf_host_copy_team *p, void *dst,
+                                 const gguf_host_copy_part *parts, int n_parts)
+{
+    if (!fc_post(p, dst, parts, n_parts, true)) {
+        gguf_host_copy_wait(p);
+        fc_copy_alone(dst, parts, n_parts);
+    }
 }
 
 void gguf_host_copy(gguf_host_copy_team *p, void *dst, const void *src, size_t n)

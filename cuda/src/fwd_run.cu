@@ -921,6 +921,7 @@ void gguf_cuda_fwd_stats(const gguf_cuda_fwd *c, gguf_fwd_stats *out, gguf_cuda_
         xfer->chunks = fs.chunks;
         xfer->host_copy_seconds = fs.copy_seconds;
         xfer->host_wait_seconds = fs.wait_seconds;
+        xfer->host_issue_seconds = fs.issue_seconds;
     }
 }
 

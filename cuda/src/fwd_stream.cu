@@ -13,11 +13,19 @@
 
 #define FS_BUFFERS 2
 
-/* A run of rows of one request entry, placed in the pending chunk. */
+/* A run of rows of one request entry, placed in a chunk. */
 typedef struct fs_part {
     int64_t i, r0, nr;
-    int64_t float_off;
+    int64_t float_off; /* within its chunk */
 } fs_part;
+
+/* A chunk of the request being streamed: parts [first, first + n). */
+typedef struct fs_chunk {
+    int first, n;
+    uint32_t type;
+    size_t bytes;
+    int64_t floats;
+} fs_chunk;
 
 struct fs_streamer {
     cudaStream_t ks, cs; /* compute (the caller's), copy (ours) */
@@ -31,15 +39,13 @@ struct fs_streamer {
     float *wbuf[FS_BUFFERS];
     cudaEvent_t h2d_done[FS_BUFFERS], consumed[FS_BUFFERS];
     uint64_t slot;
-    /* the chunk being filled, up to limit bytes (see fs_start_chunk) */
-    size_t limit;
-    double t_flushed; /* when the last chunk was handed over */
-    uint32_t type;
-    size_t bytes;
-    int64_t floats;
+    double t_flushed; /* when the last chunk was handed to the GPU */
+    /* the request's plan: its parts (and their sources), cut into chunks */
     fs_part *parts;
     gguf_host_copy_part *src;
     int n_parts, cap_parts;
+    fs_chunk *chunks;
+    int n_chunks, cap_chunks;
     fs_stats st;
 };
 
@@ -62,7 +68,8 @@ int fs_create(fs_streamer **out, cudaStream_t compute, size_t chunk_bytes, int64
     s->chunk_floats = chunk_floats;
     s->drop_pages = drop_pages;
     s->page = sysconf(_SC_PAGESIZE);
-    int rc = gguf_host_copy_team_create(&s->team, n_threads, err);
+    /* the caller queues GPU work while the workers gather: n_threads workers */
+    int rc = gguf_host_copy_team_create(&s->team, n_threads + 1, err);
     cudaError_t e = rc ? cudaSuccess : cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking);
     for (int b = 0; b < FS_BUFFERS && !rc && e == cudaSuccess; b++) {
         e = cudaHostAlloc(&s->pinned[b], chunk_bytes, cudaHostAllocDefault);
@@ -108,6 +115,7 @@ void fs_free(fs_streamer *s)
     gguf_host_copy_team_free(s->team);
     free(s->parts);
     free(s->src);
+    free(s->chunks);
     free(s);
 }
 
@@ -126,57 +134,6 @@ uint64_t fs_resident_bytes(const fs_streamer *s)
     return (uint64_t)s->chunk_floats * sizeof(float) * FS_BUFFERS;
 }
 
-/* Drop the mapped pages of [p, p + n) (read again on demand): whole pages
- * inside the range only. */
-static void fs_drop(const fs_streamer *s, const void *p, size_t n)
-{
-    uintptr_t pb = (uintptr_t)p, pe = pb + (uintptr_t)n;
-    pb = (pb + (uintptr_t)s->page - 1) & ~(uintptr_t)(s->page - 1);
-    pe &= ~(uintptr_t)(s->page - 1);
-    if (pe > pb)
-        madvise((void *)pb, pe - pb, MADV_DONTNEED);
-}
-
-/* Move the pending chunk to the GPU, dequantize it and hand each part to fn. */
-static int fs_flush(fs_streamer *s, fs_rows_fn fn, void *arg, gguf_error *err)
-{
-    if (s->n_parts == 0)
-        return 0;
-    const int b = (int)(s->slot++ % FS_BUFFERS);
-    const double t0 = fs_now();
-    GC_TRY(err, cudaEventSynchronize(s->h2d_done[b]));
-    const double t1 = fs_now();
-    gguf_host_copy_gather(s->team, s->pinned[b], s->src, s->n_parts);
-    s->st.wait_seconds += t1 - t0;
-    s->st.copy_seconds += fs_now() - t1;
-    GC_TRY(err, cudaStreamWaitEvent(s->cs, s->consumed[b], 0));
-    GC_TRY(err, cudaMemcpyAsync(s->raw[b], s->pinned[b], s->bytes, cudaMemcpyHostToDevice, s->cs));
-    GC_TRY(err, cudaEventRecord(s->h2d_done[b], s->cs));
-    GC_TRY(err, cudaStreamWaitEvent(s->ks, s->h2d_done[b], 0));
-    int rc = gguf_cuda_dequant(s->type, s->raw[b], s->wbuf[b], s->floats, (gguf_cuda_stream *)s->ks,
-                               err);
-    for (int k = 0; k < s->n_parts && !rc; k++) {
-        const fs_part *p = &s->parts[k];
-        rc = fn(s->wbuf[b] + p->float_off, p->i, p->r0, p->nr, arg, err);
-    }
-    /* recorded even after a failure: the buffer's next user must not wait
-     * on work that was never queued */
-    const cudaError_t e = cudaEventRecord(s->consumed[b], s->ks);
-    if (!rc && e != cudaSuccess)
-        rc = gguf_cuda_fail(err, e, "cudaEventRecord");
-    if (!rc && s->drop_pages)
-        for (int k = 0; k < s->n_parts; k++)
-            fs_drop(s, s->src[k].src, s->src[k].n);
-    s->t_flushed = fs_now();
-    s->st.bytes += s->bytes;
-    s->st.floats += (uint64_t)s->floats;
-    s->st.chunks++;
-    s->n_parts = 0;
-    s->bytes = 0;
-    s->floats = 0;
-    return rc;
-}
-
 static int fs_add(fs_streamer *s, int64_t i, int64_t r0, int64_t nr, const void *src, size_t bytes,
                   int64_t floats, gguf_error *err)
 {
@@ -192,50 +149,63 @@ static int fs_add(fs_streamer *s, int64_t i, int64_t r0, int64_t nr, const void 
             return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "streamer: out of memory");
         s->cap_parts = cap;
     }
+    fs_chunk *ch = &s->chunks[s->n_chunks - 1];
     fs_part *p = &s->parts[s->n_parts];
     p->i = i;
     p->r0 = r0;
     p->nr = nr;
-    p->float_off = s->floats;
+    p->float_off = ch->floats;
     s->src[s->n_parts].src = src;
     s->src[s->n_parts].n = bytes;
     s->n_parts++;
-    s->bytes += bytes;
-    s->floats += floats;
+    ch->n++;
+    ch->bytes += bytes;
+    ch->floats += floats;
     return 0;
 }
 
-/* A new chunk's size. When the copy engine is idle (after a sync, as for MoE
- * routing), nothing overlaps the host's gather of the first chunk: start
- * small and double, so the copy engine starts early; in steady state, whole
- * chunks. */
-static void fs_start_chunk(fs_streamer *s)
+static int fs_open_chunk(fs_streamer *s, uint32_t type, gguf_error *err)
 {
+    if (s->n_chunks == s->cap_chunks) {
+        const int cap = s->cap_chunks ? 2 * s->cap_chunks : 16;
+        fs_chunk *c = (fs_chunk *)realloc(s->chunks, (size_t)cap * sizeof *c);
+        if (!c)
+            return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "streamer: out of memory");
+        s->chunks = c;
+        s->cap_chunks = cap;
+    }
+    fs_chunk *c = &s->chunks[s->n_chunks++];
+    c->first = s->n_parts;
+    c->n = 0;
+    c->type = type;
+    c->bytes = 0;
+    c->floats = 0;
+    return 0;
+}
+
+/* Cut the request into chunks: consecutive runs of one type packed up to the
+ * chunk's size. When the copy engine is idle (after a sync, as for MoE
+ * routing), nothing overlaps the gather of the first chunk: the chunks start
+ * small and double, so that the copy engine starts early. */
+static int fs_plan(fs_streamer *s, const fs_rows *req, int64_t n, gguf_error *err)
+{
+    s->n_parts = 0;
+    s->n_chunks = 0;
     const size_t small = s->chunk_bytes / 16 > ((size_t)1 << 20) ? s->chunk_bytes / 16
                                                                    : s->chunk_bytes;
     const int last = (int)((s->slot + FS_BUFFERS - 1) % FS_BUFFERS);
     /* idle: the last copy is over and the host did something else for a
      * while (when the host's gather is the slower stage the copy engine is
-     * always idle by the time the next chunk starts, without any gap) */
-    if (fs_now() - s->t_flushed > 1e-4 && cudaEventQuery(s->h2d_done[last]) == cudaSuccess)
-        s->limit = small;
-    else
-        s->limit = s->limit * 2 < s->chunk_bytes ? s->limit * 2 : s->chunk_bytes;
-    if (s->limit < small)
-        s->limit = small;
-}
-
-int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
-              gguf_error *err)
-{
-    int rc = 0;
-    s->n_parts = 0;
-    s->bytes = 0;
-    s->floats = 0;
-    for (int64_t i = 0; i < n && !rc; i++) {
+     * always idle when the next chunk starts, but without a gap) */
+    size_t limit = fs_now() - s->t_flushed > 1e-4 &&
+                           cudaEventQuery(s->h2d_done[last]) == cudaSuccess
+                       ? small
+                       : s->chunk_bytes;
+    for (int64_t i = 0; i < n; i++) {
         const gguf_tensor *t = req[i].t;
         uint64_t rb;
-        if ((rc = gguf_type_row_bytes(t->type, t->ne[0], &rb)))
+        int rc = gguf_type_row_bytes(t->type, t->ne[0], &rb);
+        if (rc)
             return gguf_fail(err, rc, t->file_offset, "%s: bad row", t->name);
         if (!gguf_cuda_dequant_supported(t->type))
             return gguf_fail(err, GGUF_E_BAD_TYPE, t->file_offset,
@@ -244,31 +214,115 @@ int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void
             return gguf_fail(err, GGUF_E_UNSUPPORTED, t->file_offset,
                              "%s: one row (%llu bytes) is larger than a streaming chunk", t->name,
                              (unsigned long long)rb);
-        for (int64_t r = 0; r < req[i].n_rows && !rc;) {
-            if (s->n_parts && s->type != t->type && (rc = fs_flush(s, fn, arg, err)))
-                break;
-            if (s->n_parts == 0)
-                fs_start_chunk(s);
-            int64_t fit = s->bytes < s->limit ? (int64_t)((s->limit - s->bytes) / rb) : 0;
-            int64_t fit_f = (s->chunk_floats - s->floats) / t->ne[0];
-            if (s->n_parts == 0 && fit < 1)
-                fit = 1; /* a row larger than the ramp's first chunk */
-            if (fit_f < fit)
-                fit = fit_f;
+        for (int64_t r = 0; r < req[i].n_rows;) {
+            fs_chunk *c = s->n_chunks ? &s->chunks[s->n_chunks - 1] : NULL;
+            int64_t fit = 0;
+            if (c && c->type == t->type) {
+                fit = c->bytes < limit ? (int64_t)((limit - c->bytes) / rb) : 0;
+                const int64_t fit_f = (s->chunk_floats - c->floats) / t->ne[0];
+                if (fit_f < fit)
+                    fit = fit_f;
+            }
+            if (fit < 1) {
+                if (c)
+                    limit = limit * 2 < s->chunk_bytes ? limit * 2 : s->chunk_bytes;
+                if ((rc = fs_open_chunk(s, t->type, err)))
+                    return rc;
+                c = &s->chunks[s->n_chunks - 1];
+                fit = (int64_t)(limit / rb);
+                const int64_t fit_f = s->chunk_floats / t->ne[0];
+                if (fit_f < fit)
+                    fit = fit_f;
+                if (fit < 1)
+                    fit = 1; /* a row larger than the ramp's first chunk */
+            }
             if (fit > req[i].n_rows - r)
                 fit = req[i].n_rows - r;
-            if (fit < 1) {
-                rc = fs_flush(s, fn, arg, err);
-                continue;
-            }
-            s->type = t->type;
-            rc = fs_add(s, i, r, fit, t->data + (uint64_t)(req[i].row0 + r) * rb,
-                        (size_t)((uint64_t)fit * rb), fit * t->ne[0], err);
+            if ((rc = fs_add(s, i, r, fit, t->data + (uint64_t)(req[i].row0 + r) * rb,
+                             (size_t)((uint64_t)fit * rb), fit * t->ne[0], err)))
+                return rc;
             r += fit;
         }
     }
-    if (!rc)
-        rc = fs_flush(s, fn, arg, err);
-    s->n_parts = 0;
+    return 0;
+}
+
+/* Drop the mapped pages of [p, p + n) (read again on demand): whole pages
+ * inside the range only. */
+static void fs_drop(const fs_streamer *s, const void *p, size_t n)
+{
+    uintptr_t pb = (uintptr_t)p, pe = pb + (uintptr_t)n;
+    pb = (pb + (uintptr_t)s->page - 1) & ~(uintptr_t)(s->page - 1);
+    pe &= ~(uintptr_t)(s->page - 1);
+    if (pe > pb)
+        madvise((void *)pb, pe - pb, MADV_DONTNEED);
+}
+
+/* Start the gather of chunk j into its pinned buffer, once that buffer's
+ * last copy to the GPU is over. */
+static int fs_gather(fs_streamer *s, int j, gguf_error *err)
+{
+    const fs_chunk *c = &s->chunks[j];
+    const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
+    const double t0 = fs_now();
+    GC_TRY(err, cudaEventSynchronize(s->h2d_done[b]));
+    const double t1 = fs_now();
+    gguf_host_copy_gather_start(s->team, s->pinned[b], s->src + c->first, c->n);
+    s->st.wait_seconds += t1 - t0;
+    s->st.copy_seconds += fs_now() - t1;
+    return 0;
+}
+
+/* Chunk j (gathered) to the GPU: the copy, then (after the next chunk's
+ * gather has started) the dequant and fn for each part. */
+static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *err)
+{
+    const fs_chunk *c = &s->chunks[j];
+    const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
+    double t0 = fs_now();
+    gguf_host_copy_wait(s->team);
+    s->st.copy_seconds += fs_now() - t0;
+    GC_TRY(err, cudaStreamWaitEvent(s->cs, s->consumed[b], 0));
+    GC_TRY(err, cudaMemcpyAsync(s->raw[b], s->pinned[b], c->bytes, cudaMemcpyHostToDevice, s->cs));
+    GC_TRY(err, cudaEventRecord(s->h2d_done[b], s->cs));
+    if (s->drop_pages)
+        for (int k = c->first; k < c->first + c->n; k++)
+            fs_drop(s, s->src[k].src, s->src[k].n);
+    int rc = 0;
+    if (j + 1 < s->n_chunks && (rc = fs_gather(s, j + 1, err)))
+        return rc;
+    t0 = fs_now();
+    GC_TRY(err, cudaStreamWaitEvent(s->ks, s->h2d_done[b], 0));
+    rc = gguf_cuda_dequant(c->type, s->raw[b], s->wbuf[b], c->floats, (gguf_cuda_stream *)s->ks,
+                           err);
+    for (int k = c->first; k < c->first + c->n && !rc; k++) {
+        const fs_part *p = &s->parts[k];
+        rc = fn(s->wbuf[b] + p->float_off, p->i, p->r0, p->nr, arg, err);
+    }
+    /* recorded even after a failure: the buffer's next user must not wait
+     * on work that was never queued */
+    const cudaError_t e = cudaEventRecord(s->consumed[b], s->ks);
+    if (!rc && e != cudaSuccess)
+        rc = gguf_cuda_fail(err, e, "cudaEventRecord");
+    s->st.issue_seconds += fs_now() - t0;
+    s->t_flushed = fs_now();
+    s->st.bytes += c->bytes;
+    s->st.floats += (uint64_t)c->floats;
+    s->st.chunks++;
+    return rc;
+}
+
+int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
+              gguf_error *err)
+{
+    int rc = fs_plan(s, req, n, err);
+    if (rc || s->n_chunks == 0)
+        return rc;
+    rc = fs_gather(s, 0, err);
+    for (int j = 0; j < s->n_chunks && !rc; j++)
+        rc = fs_run(s, j, fn, arg, err);
+    /* nothing may still be copying into a pinned buffer after a failure */
+    gguf_host_copy_wait(s->team);
+    s->slot += (uint64_t)s->n_chunks;
     return rc;
 }

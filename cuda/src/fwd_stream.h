@@ -52,6 +52,7 @@ typedef struct fs_stats {
     uint64_t chunks;
     double copy_seconds; /* host time gathering into pinned buffers */
     double wait_seconds; /* host time waiting for a pinned buffer to be free */
+    double issue_seconds; /* host time queueing the dequant and the callers' work */
 } fs_stats;
 
 typedef struct fs_streamer fs_streamer;

@@ -149,9 +149,9 @@ if ! skipped stream; then
         --no-sync --force "$M" > "$OUT/stream-gen.log" 2>&1
     ls -la "$M" >> "$OUT/stream-gen.log"
     : > "$OUT/stream.log"
-    for tc in "16 16" "16 32" "16 64" "8 64" "16 128"; do
-        # shellcheck disable=SC2086
-        "$BUILD/tests/bench_cuda_forward" "$M" 64 $tc >> "$OUT/stream.log" 2>&1
+    # COPY_THREADS:CHUNK_MIB pairs
+    for tc in ${GGUFKIT_STREAM_RUNS:-16:16 16:32 16:64 8:64 16:128}; do
+        "$BUILD/tests/bench_cuda_forward" "$M" 64 "${tc%%:*}" "${tc##*:}" >> "$OUT/stream.log" 2>&1
     done
     # a single token routes to few experts: only those move
     "$BUILD/tests/bench_cuda_forward" "$M" 1 16 64 >> "$OUT/stream.log" 2>&1

@@ -253,7 +253,12 @@ static int host_copy_check(void)
             if (total > N / 2)
                 continue;
             memset(dst, 0xA5, N);
-            gguf_host_copy_gather(t, dst, parts, np);
+            if (it % 2) { /* async: the workers copy while the caller returns */
+                gguf_host_copy_gather_start(t, dst, parts, np);
+                gguf_host_copy_wait(t);
+            } else {
+                gguf_host_copy_gather(t, dst, parts, np);
+            }
             size_t o = 0;
             for (int k = 0; k < np && !bad; k++) {
                 if (memcmp(dst + o, parts[k].src, parts[k].n)) {
@@ -271,7 +276,7 @@ static int host_copy_check(void)
         gguf_host_copy_team_free(t);
     }
     if (!bad)
-        printf("ok   host copy team (1..32 members, 750 copies, 200 gathers)\n");
+        printf("ok   host copy team (1..32 members, 750 copies, 200 gathers, half async)\n");
     free(src);
     free(dst);
     return bad;

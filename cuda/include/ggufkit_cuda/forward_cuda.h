@@ -74,6 +74,8 @@ typedef struct gguf_cuda_fwd_xfer {
     double host_copy_seconds; /* host time gathering weights into pinned memory */
     double host_wait_seconds; /* host time waiting for a free pinned buffer (the
                                  copy engine or the GPU is behind) */
+    double host_issue_seconds; /* host time queueing dequant launches and GEMMs on
+                                  the streamed chunks */
     double host_sync_seconds; /* host time waiting for the GPU to finish (MoE
                                  routing needs the router logits; end of eval):
                                  the pipeline drains there */

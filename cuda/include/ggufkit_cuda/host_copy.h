@@ -39,6 +39,16 @@ typedef struct gguf_host_copy_part {
 void gguf_host_copy_gather(gguf_host_copy_team *t, void *dst, const gguf_host_copy_part *parts,
                            int n_parts);
 
+/* A gather done by the workers alone while the caller goes on (queueing GPU
+ * work for the previous chunk): returns at once, except for jobs too small
+ * to share (under 256 KiB) or a team without workers, copied before it
+ * returns. parts, dst and the sources must stay valid until
+ * gguf_host_copy_wait. A new job waits for the previous one. */
+void gguf_host_copy_gather_start(gguf_host_copy_team *t, void *dst,
+                                 const gguf_host_copy_part *parts, int n_parts);
+/* Block until the team's job is done. t may be NULL. */
+void gguf_host_copy_wait(gguf_host_copy_team *t);
+
 #ifdef __cplusplus
 }
 #endif
