@@ -13,8 +13,12 @@
 #include "ggufkit_cuda/host_copy.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* A fixed team of copy threads, started with the context: one memcpy from
  * the page cache runs at a fraction of PCIe speed, and an MoE layer streams
@@ -43,6 +47,35 @@ struct gguf_host_copy_team {
 typedef gguf_host_copy_team fc_pool;
 
 
+/* memcpy with non-temporal stores: the destination is staging that the GPU's
+ * copy engine reads next, not the CPU; plain stores would first read every
+ * destination line into the cache (read for ownership), a third stream of
+ * memory traffic beside the source reads and the DMA. */
+static void fc_memcpy_nt(char *d, const char *s, size_t n)
+{
+#if defined(__SSE2__)
+    if (n >= 4096) {
+        const size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+        memcpy(d, s, head);
+        d += head;
+        s += head;
+        n -= head;
+        for (; n >= 64; n -= 64, d += 64, s += 64) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)s);
+            const __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+            const __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+            const __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), e);
+        }
+        _mm_sfence();
+    }
+#endif
+    memcpy(d, s, n);
+}
+
 /* Copy bytes [lo, hi) of the concatenated parts to dst + lo. */
 static void fc_copy_range(const fc_pool *p, size_t lo, size_t hi)
 {
@@ -50,7 +83,7 @@ static void fc_copy_range(const fc_pool *p, size_t lo, size_t hi)
     for (int i = 0; i < p->n_parts && base < hi; i++) {
         const size_t n = p->parts[i].n, b = lo > base ? lo : base, e = hi < base + n ? hi : base + n;
         if (e > b)
-            memcpy(p->dst + b, (const char *)p->parts[i].src + (b - base), e - b);
+            fc_memcpy_nt(p->dst + b, (const char *)p->parts[i].src + (b - base), e - b);
         base += n;
     }
 }

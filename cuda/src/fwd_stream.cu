@@ -11,7 +11,11 @@
 #include "ggufkit_cuda/cuda_dequant.h"
 #include "ggufkit_cuda/host_copy.h"
 
-#define FS_BUFFERS 2
+/* Three staging buffers: the gather of chunk j + 1 waits only for the copy of
+ * chunk j - 2, so the copy engine always has a chunk queued when the host's
+ * gather keeps up on average. The dequantized rows need one buffer: the
+ * dequant and the callers' work run in order on the compute stream. */
+#define FS_BUFFERS 3
 
 /* A run of rows of one request entry, placed in a chunk. */
 typedef struct fs_part {
@@ -36,7 +40,7 @@ struct fs_streamer {
     gguf_host_copy_team *team;
     void *pinned[FS_BUFFERS];
     void *raw[FS_BUFFERS];
-    float *wbuf[FS_BUFFERS];
+    float *wbuf;
     cudaEvent_t h2d_done[FS_BUFFERS], consumed[FS_BUFFERS];
     uint64_t slot;
     double t_flushed; /* when the last chunk was handed to the GPU */
@@ -76,12 +80,12 @@ int fs_create(fs_streamer **out, cudaStream_t compute, size_t chunk_bytes, int64
         if (e == cudaSuccess)
             e = cudaMalloc(&s->raw[b], chunk_bytes);
         if (e == cudaSuccess)
-            e = cudaMalloc((void **)&s->wbuf[b], (size_t)chunk_floats * sizeof(float));
-        if (e == cudaSuccess)
             e = cudaEventCreateWithFlags(&s->h2d_done[b], cudaEventDisableTiming);
         if (e == cudaSuccess)
             e = cudaEventCreateWithFlags(&s->consumed[b], cudaEventDisableTiming);
     }
+    if (!rc && e == cudaSuccess)
+        e = cudaMalloc((void **)&s->wbuf, (size_t)chunk_floats * sizeof(float));
     if (!rc && e != cudaSuccess)
         rc = gguf_cuda_fail(err, e, "streaming buffers");
     if (rc) {
@@ -104,12 +108,12 @@ void fs_free(fs_streamer *s)
         if (s->pinned[b])
             cudaFreeHost(s->pinned[b]);
         cudaFree(s->raw[b]);
-        cudaFree(s->wbuf[b]);
         if (s->h2d_done[b])
             cudaEventDestroy(s->h2d_done[b]);
         if (s->consumed[b])
             cudaEventDestroy(s->consumed[b]);
     }
+    cudaFree(s->wbuf);
     if (s->cs)
         cudaStreamDestroy(s->cs);
     gguf_host_copy_team_free(s->team);
@@ -131,7 +135,7 @@ cudaStream_t fs_compute_stream(const fs_streamer *s)
 
 uint64_t fs_resident_bytes(const fs_streamer *s)
 {
-    return (uint64_t)s->chunk_floats * sizeof(float) * FS_BUFFERS;
+    return (uint64_t)s->chunk_floats * sizeof(float);
 }
 
 static int fs_add(fs_streamer *s, int64_t i, int64_t r0, int64_t nr, const void *src, size_t bytes,
@@ -293,11 +297,10 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *e
         return rc;
     t0 = fs_now();
     GC_TRY(err, cudaStreamWaitEvent(s->ks, s->h2d_done[b], 0));
-    rc = gguf_cuda_dequant(c->type, s->raw[b], s->wbuf[b], c->floats, (gguf_cuda_stream *)s->ks,
-                           err);
+    rc = gguf_cuda_dequant(c->type, s->raw[b], s->wbuf, c->floats, (gguf_cuda_stream *)s->ks, err);
     for (int k = c->first; k < c->first + c->n && !rc; k++) {
         const fs_part *p = &s->parts[k];
-        rc = fn(s->wbuf[b] + p->float_off, p->i, p->r0, p->nr, arg, err);
+        rc = fn(s->wbuf + p->float_off, p->i, p->r0, p->nr, arg, err);
     }
     /* recorded even after a failure: the buffer's next user must not wait
      * on work that was never queued */

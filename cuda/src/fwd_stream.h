@@ -1,24 +1,27 @@
 /*
  * The weight streamer of the GPU forward passes (fwd_run.cu, fwd_tp.cu):
  * rows of quantized tensors from the file's mmap to dequantized f32 rows in
- * device memory, through two staging buffers, overlapping the host copy, the
- * host-to-device copy and the GPU's work. Not installed.
+ * device memory, through three staging buffers, overlapping the host's
+ * gather, the host-to-device copy and the GPU's work. Not installed.
  *
- * A request lists runs of rows (of one or several tensors). Consecutive runs
- * of one type are packed into one chunk, up to the chunk's size: the routed
- * experts of an MoE layer travel as a few large copies, not one small copy
- * per expert. Per chunk c (buffer b = c % 2):
+ * A request lists runs of rows (of one or several tensors). It is first cut
+ * into chunks: consecutive runs of one type packed up to the chunk's size, so
+ * the routed experts of an MoE layer travel as a few large copies, not one
+ * small copy per expert. Per chunk j (buffer b = j % 3):
  *
- *   host:         wait h2d_done[b]; gather the runs' bytes from the mmap into
- *                 pinned[b] (a team of copy threads)
- *   copy stream:  wait consumed[b]; pinned[b] -> raw[b]; record h2d_done[b]
- *   compute:      wait h2d_done[b]; dequantize raw[b] -> wbuf[b] (one launch
- *                 for the chunk); the caller's function per run; record
- *                 consumed[b]
+ *   host team:    wait h2d_done[b] (chunk j - 3's copy); gather the runs'
+ *                 bytes from the mmap into pinned[b] (worker threads, with
+ *                 non-temporal stores)
+ *   host:         wait for the gather; copy stream: wait consumed[b];
+ *                 pinned[b] -> raw[b]; record h2d_done[b]; start the gather
+ *                 of chunk j + 1; compute stream: wait h2d_done[b];
+ *                 dequantize raw[b] -> wbuf (one launch); the caller's
+ *                 function per run; record consumed[b]
  *
- * so the host fills one buffer while the copy engine moves the other and
+ * so the workers gather one chunk while the copy engine moves another and
  * the GPU works on what arrived: transfers overlap compute across matmuls,
- * tensors and layers alike.
+ * tensors and layers alike. After an idle spell (a sync for MoE routing) a
+ * request's chunks start small and double, so the copy engine starts early.
  */
 #ifndef GGUFKIT_FWD_STREAM_H
 #define GGUFKIT_FWD_STREAM_H
@@ -57,9 +60,9 @@ typedef struct fs_stats {
 
 typedef struct fs_streamer fs_streamer;
 
-/* Staging on the current device for work on `compute`: 2 x chunk_bytes of
- * pinned and raw device memory, 2 x chunk_floats floats of dequantized rows,
- * a copy stream and n_threads host copy threads. drop_pages: drop the mmap's
+/* Staging on the current device for work on `compute`: 3 x chunk_bytes of
+ * pinned and raw device memory, chunk_floats floats of dequantized rows, a
+ * copy stream and n_threads host copy threads. drop_pages: drop the mmap's
  * pages of each chunk once they are in pinned memory (MADV_DONTNEED).
  * @return 0; GGUF_E_NOMEM; the mapped CUDA error. */
 int fs_create(fs_streamer **out, cudaStream_t compute, size_t chunk_bytes, int64_t chunk_floats,
@@ -77,7 +80,7 @@ int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void
 fs_stats fs_get_stats(const fs_streamer *s);
 /* The compute stream given to fs_create. */
 cudaStream_t fs_compute_stream(const fs_streamer *s);
-/* Device bytes of dequantized rows the streamer holds (both buffers). */
+/* Device bytes of dequantized rows the streamer holds. */
 uint64_t fs_resident_bytes(const fs_streamer *s);
 
 /*
