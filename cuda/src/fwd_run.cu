@@ -770,7 +770,8 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     gguf_cuda_fwd_opts co = {};
     if (copts)
         co = *copts;
-    if (co.device < 0 || co.n_copy_threads < 0 || co.n_copy_threads > 32)
+    if (co.device < 0 || co.n_copy_threads < 0 || co.n_copy_threads > 32 ||
+        co.host_register < -1 || co.host_register > 1)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda forward: bad options");
     gguf_cuda_fwd *c = (gguf_cuda_fwd *)calloc(1, sizeof *c);
     if (!c)
@@ -840,6 +841,8 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
          * for which the bytes bind first */
         const int64_t cf = (int64_t)cb * 4 < FC_CHUNK_FLOATS ? (int64_t)cb * 4 : FC_CHUNK_FLOATS;
         int frc = fs_create(&c->fs, c->ks, cb, cf, nth, fo.drop_pages, err);
+        if (!frc)
+            frc = fs_register_model(c->fs, m, co.host_register, err);
         if (frc) {
             gguf_cuda_fwd_free(c);
             return frc;
@@ -922,6 +925,9 @@ void gguf_cuda_fwd_stats(const gguf_cuda_fwd *c, gguf_fwd_stats *out, gguf_cuda_
         xfer->host_copy_seconds = fs.copy_seconds;
         xfer->host_wait_seconds = fs.wait_seconds;
         xfer->host_issue_seconds = fs.issue_seconds;
+        xfer->direct_bytes = fs.direct_bytes;
+        xfer->registered_bytes = fs.registered_bytes;
+        xfer->register_seconds = fs.register_seconds;
     }
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "fwd_stream.h"
+#include "gguf/model.h"
 #include "ggufkit_cuda/cuda_dequant.h"
 #include "ggufkit_cuda/host_copy.h"
 
@@ -16,6 +17,7 @@
  * gather keeps up on average. The dequantized rows need one buffer: the
  * dequant and the callers' work run in order on the compute stream. */
 #define FS_BUFFERS 3
+#define FS_MAX_REGIONS 64 /* registered files (parts of a split set) */
 
 /* A run of rows of one request entry, placed in a chunk. */
 typedef struct fs_part {
@@ -23,9 +25,12 @@ typedef struct fs_part {
     int64_t float_off; /* within its chunk */
 } fs_part;
 
-/* A chunk of the request being streamed: parts [first, first + n). */
+/* A chunk of the request being streamed: parts [first, first + n). A direct
+ * chunk's parts lie in registered memory: the copy engine reads them in
+ * place, without a gather into pinned staging. */
 typedef struct fs_chunk {
     int first, n;
+    bool direct;
     uint32_t type;
     size_t bytes;
     int64_t floats;
@@ -50,6 +55,12 @@ struct fs_streamer {
     int n_parts, cap_parts;
     fs_chunk *chunks;
     int n_chunks, cap_chunks;
+    /* file mappings registered with CUDA (page-locked in place, read-only) */
+    struct fs_region {
+        const uint8_t *base;
+        size_t size;
+    } regions[FS_MAX_REGIONS];
+    int n_regions;
     fs_stats st;
 };
 
@@ -114,6 +125,8 @@ void fs_free(fs_streamer *s)
             cudaEventDestroy(s->consumed[b]);
     }
     cudaFree(s->wbuf);
+    for (int i = 0; i < s->n_regions; i++)
+        cudaHostUnregister((void *)s->regions[i].base);
     if (s->cs)
         cudaStreamDestroy(s->cs);
     gguf_host_copy_team_free(s->team);
@@ -154,6 +167,11 @@ static int fs_add(fs_streamer *s, int64_t i, int64_t r0, int64_t nr, const void 
         s->cap_parts = cap;
     }
     fs_chunk *ch = &s->chunks[s->n_chunks - 1];
+    bool in = false;
+    for (int k = 0; k < s->n_regions && !in; k++)
+        in = (const uint8_t *)src >= s->regions[k].base &&
+             (const uint8_t *)src + bytes <= s->regions[k].base + s->regions[k].size;
+    ch->direct = ch->direct && in;
     fs_part *p = &s->parts[s->n_parts];
     p->i = i;
     p->r0 = r0;
@@ -181,6 +199,7 @@ static int fs_open_chunk(fs_streamer *s, uint32_t type, gguf_error *err)
     fs_chunk *c = &s->chunks[s->n_chunks++];
     c->first = s->n_parts;
     c->n = 0;
+    c->direct = s->n_regions > 0;
     c->type = type;
     c->bytes = 0;
     c->floats = 0;
@@ -268,6 +287,8 @@ static int fs_gather(fs_streamer *s, int j, gguf_error *err)
 {
     const fs_chunk *c = &s->chunks[j];
     const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
+    if (c->direct)
+        return 0;
     const double t0 = fs_now();
     GC_TRY(err, cudaEventSynchronize(s->h2d_done[b]));
     const double t1 = fs_now();
@@ -284,12 +305,24 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *e
     const fs_chunk *c = &s->chunks[j];
     const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
     double t0 = fs_now();
-    gguf_host_copy_wait(s->team);
+    if (!c->direct)
+        gguf_host_copy_wait(s->team);
     s->st.copy_seconds += fs_now() - t0;
     GC_TRY(err, cudaStreamWaitEvent(s->cs, s->consumed[b], 0));
-    GC_TRY(err, cudaMemcpyAsync(s->raw[b], s->pinned[b], c->bytes, cudaMemcpyHostToDevice, s->cs));
+    if (c->direct) {
+        /* straight from the registered mapping, part by part */
+        size_t off = 0;
+        for (int k = c->first; k < c->first + c->n; k++) {
+            GC_TRY(err, cudaMemcpyAsync((char *)s->raw[b] + off, s->src[k].src, s->src[k].n,
+                                        cudaMemcpyHostToDevice, s->cs));
+            off += s->src[k].n;
+        }
+    } else {
+        GC_TRY(err, cudaMemcpyAsync(s->raw[b], s->pinned[b], c->bytes, cudaMemcpyHostToDevice,
+                                    s->cs));
+    }
     GC_TRY(err, cudaEventRecord(s->h2d_done[b], s->cs));
-    if (s->drop_pages)
+    if (s->drop_pages && !c->direct)
         for (int k = c->first; k < c->first + c->n; k++)
             fs_drop(s, s->src[k].src, s->src[k].n);
     int rc = 0;
@@ -310,6 +343,8 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *e
     s->st.issue_seconds += fs_now() - t0;
     s->t_flushed = fs_now();
     s->st.bytes += c->bytes;
+    if (c->direct)
+        s->st.direct_bytes += c->bytes;
     s->st.floats += (uint64_t)c->floats;
     s->st.chunks++;
     return rc;
@@ -328,4 +363,55 @@ int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void
     gguf_host_copy_wait(s->team);
     s->slot += (uint64_t)s->n_chunks;
     return rc;
+}
+
+int fs_register_model(fs_streamer *s, const gguf_model *m, int mode, gguf_error *err)
+{
+    if (mode < 0 || s->n_regions > 0)
+        return 0;
+    /* a file's mapping starts at data - file_offset of any of its tensors;
+     * the tensors' data ends where the registration ends */
+    const uint8_t *base[FS_MAX_REGIONS] = {0};
+    size_t end[FS_MAX_REGIONS] = {0};
+    uint64_t total = 0;
+    for (int64_t i = 0; i < gguf_model_tensor_count(m); i++) {
+        const gguf_tensor *t = gguf_model_tensor_at(m, i)->t;
+        if (!t || !t->data)
+            return 0; /* header-only: nothing to stream */
+        if (t->part >= FS_MAX_REGIONS)
+            return mode > 0 ? gguf_fail(err, GGUF_E_UNSUPPORTED, GGUF_NO_OFFSET,
+                                        "streamer: more than %d files to register",
+                                        FS_MAX_REGIONS)
+                            : 0;
+        base[t->part] = t->data - t->file_offset;
+        if (t->file_offset + t->nbytes > end[t->part])
+            end[t->part] = (size_t)(t->file_offset + t->nbytes);
+    }
+    for (int k = 0; k < FS_MAX_REGIONS; k++)
+        total += end[k];
+    /* auto: only a model that fits in half the RAM, whose pages stay (locking
+     * them reads every page, routed or not, and keeps them resident) */
+    const long page = s->page > 0 ? s->page : 4096;
+    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)page;
+    if (mode == 0 && (s->drop_pages || (double)total > ram / 2))
+        return 0;
+    const double t0 = fs_now();
+    for (int k = 0; k < FS_MAX_REGIONS; k++) {
+        if (!base[k])
+            continue;
+        const size_t size = (end[k] + (size_t)page - 1) & ~(size_t)(page - 1);
+        const cudaError_t e = cudaHostRegister((void *)base[k], size, cudaHostRegisterReadOnly);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (mode > 0)
+                return gguf_cuda_fail(err, e, "registering the model's pages (--host-register)");
+            continue; /* that file's chunks are gathered */
+        }
+        s->regions[s->n_regions].base = base[k];
+        s->regions[s->n_regions].size = size;
+        s->n_regions++;
+        s->st.registered_bytes += size;
+    }
+    s->st.register_seconds += fs_now() - t0;
+    return 0;
 }

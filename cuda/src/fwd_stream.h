@@ -32,6 +32,7 @@
 
 #include "gguf/error.h"
 #include "gguf/file.h"
+#include "gguf/model.h"
 #include "gguf/shard.h"
 
 /* Rows [row0, row0 + n_rows) of t, counted over ne[1]*ne[2]*ne[3] rows of
@@ -56,6 +57,9 @@ typedef struct fs_stats {
     double copy_seconds; /* host time gathering into pinned buffers */
     double wait_seconds; /* host time waiting for a pinned buffer to be free */
     double issue_seconds; /* host time queueing the dequant and the callers' work */
+    uint64_t direct_bytes; /* of bytes: read in place from registered mappings */
+    uint64_t registered_bytes;
+    double register_seconds;
 } fs_stats;
 
 typedef struct fs_streamer fs_streamer;
@@ -76,6 +80,16 @@ void fs_free(fs_streamer *s);
  *         GGUF_E_UNSUPPORTED for a row larger than a chunk; fn's code. */
 int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
               gguf_error *err);
+
+/*
+ * Register the mappings of m's files with CUDA (cudaHostRegister, read-only):
+ * the copy engine then reads the page cache in place and the host's gather
+ * goes away. mode: 0 auto (only when the files fit in half the RAM and pages
+ * are not dropped: locking reads every page and keeps it resident), 1 always
+ * (an error when CUDA refuses), -1 never. In auto a refused file is gathered.
+ * Unregistered by fs_free.
+ */
+int fs_register_model(fs_streamer *s, const gguf_model *m, int mode, gguf_error *err);
 
 fs_stats fs_get_stats(const fs_streamer *s);
 /* The compute stream given to fs_create. */

@@ -1010,7 +1010,8 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
         long nth = ncpu / (tp > 0 ? tp : 1);
         nth = nth < 1 ? 1 : nth > 16 ? 16 : nth;
         if ((rc = fs_create(&c->fs, c->s, (size_t)64 << 20, (int64_t)64 << 20, (int)nth,
-                            fo.drop_pages, err))) {
+                            fo.drop_pages, err)) ||
+            (rc = fs_register_model(c->fs, m, 0, err))) {
             gguf_cuda_tp_free(c);
             return rc;
         }

@@ -3,7 +3,10 @@
  * into the GPU during an eval, against the host-to-device bandwidth from
  * pinned memory measured in the same run (target: at least 70%).
  *
- *   bench_cuda_forward MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB]]]
+ *   bench_cuda_forward MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB [REGISTER]]]]
+ *
+ * REGISTER: the host_register option (0 auto, 1 always, -1 never: gather
+ * every chunk into pinned staging).
  *
  * One warm-up eval (the file's pages come into the page cache), then two
  * timed evals of N_TOKENS (default 64) each in a fresh context: the first
@@ -73,7 +76,8 @@ static int evals(const gguf_model *m, const gguf_cuda_fwd_opts *co, int64_t n, i
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB]]]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB [REGISTER]]]]\n",
+                argv[0]);
         return 2;
     }
     gguf_error err = {0};
@@ -86,6 +90,7 @@ int main(int argc, char **argv)
     gguf_cuda_fwd_opts co = {0};
     co.n_copy_threads = argc > 3 ? atoi(argv[3]) : 0;
     co.chunk_bytes = argc > 4 ? (size_t)atoll(argv[4]) << 20 : 0;
+    co.host_register = argc > 5 ? atoi(argv[5]) : 0;
     gguf_set *set = NULL;
     gguf_model *m = NULL;
     int rc = gguf_set_open(&set, argv[1], NULL, &err);
@@ -123,14 +128,17 @@ int main(int argc, char **argv)
         printf("model=%s arch=%s eval=%s tokens=%lld weight_bytes=%llu chunks=%llu "
                "experts_loaded=%llu seconds=%.3f stream_GBps=%.2f h2d_GBps=%.2f ratio=%.1f%% "
                "host_copy_GBps=%.2f host_copy_s=%.3f wait_s=%.3f issue_s=%.3f sync_s=%.3f "
-               "copy_threads=%d chunk_MiB=%zu device_MiB=%.0f model_MiB=%.0f\n",
+               "copy_threads=%d chunk_MiB=%zu device_MiB=%.0f model_MiB=%.0f direct_bytes=%llu "
+               "registered_MiB=%.0f register_s=%.3f\n",
                argv[1], gguf_model_hparams(m)->arch_name, k ? "second" : "first", (long long)n,
                (unsigned long long)x->h2d_bytes, (unsigned long long)x->chunks,
                (unsigned long long)t->experts_loaded, t->seconds, rate / 1e9, h2d / 1e9,
                h2d > 0 ? 100.0 * rate / h2d : 0.0, hc / 1e9, x->host_copy_seconds,
                x->host_wait_seconds, x->host_issue_seconds, x->host_sync_seconds, nth,
                co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64,
-               (double)x->device_bytes / 1048576.0, (double)model_bytes / 1048576.0);
+               (double)x->device_bytes / 1048576.0, (double)model_bytes / 1048576.0,
+               (unsigned long long)(k ? x->direct_bytes - xf[0].direct_bytes : x->direct_bytes),
+               (double)x->registered_bytes / 1048576.0, x->register_seconds);
     }
     gguf_model_free(m);
     gguf_set_close(set);

@@ -149,9 +149,11 @@ if ! skipped stream; then
         --no-sync --force "$M" > "$OUT/stream-gen.log" 2>&1
     ls -la "$M" >> "$OUT/stream-gen.log"
     : > "$OUT/stream.log"
-    # COPY_THREADS:CHUNK_MIB pairs
-    for tc in ${GGUFKIT_STREAM_RUNS:-16:16 16:32 16:64 8:64 16:128}; do
-        "$BUILD/tests/bench_cuda_forward" "$M" 64 "${tc%%:*}" "${tc##*:}" >> "$OUT/stream.log" 2>&1
+    # COPY_THREADS:CHUNK_MIB:REGISTER (1: the mapping registered, read in place;
+    # -1: gathered into pinned staging by the copy threads)
+    for tc in ${GGUFKIT_STREAM_RUNS:-16:64:1 16:32:1 16:64:-1 24:32:-1 8:64:-1}; do
+        IFS=: read -r th ch reg <<< "$tc"
+        "$BUILD/tests/bench_cuda_forward" "$M" 64 "$th" "$ch" "$reg" >> "$OUT/stream.log" 2>&1
     done
     # a single token routes to few experts: only those move
     "$BUILD/tests/bench_cuda_forward" "$M" 1 16 64 >> "$OUT/stream.log" 2>&1

@@ -21,11 +21,13 @@
  *                CPU's fw_moe_route on the host (the host needs the chosen ids
  *                anyway: only those experts are streamed to the GPU).
  *
- * Weights stream from the file's mmap: quantized rows are copied by host
- * threads into one of two pinned buffers, copied to the GPU on a copy stream
- * while the previous chunk is dequantized (gguf_cuda_dequant, bit-exact with
- * the CPU) and multiplied on the compute stream; events order the reuse of
- * each buffer. Device memory holds two chunks of weights, the activations and
+ * Weights stream from the file's mmap: when the model fits in RAM its
+ * mappings are registered with CUDA (page-locked in place, read-only) and the
+ * copy engine reads quantized rows straight from the page cache; otherwise
+ * host threads gather them into one of three pinned buffers. Either way they
+ * are copied to the GPU on a copy stream while the previous chunk is
+ * dequantized (gguf_cuda_dequant, bit-exact with the CPU) and multiplied on
+ * the compute stream; events order the reuse of each buffer. Device memory holds two chunks of weights, the activations and
  * the KV cache, whatever the size of the model. An MoE layer moves only the
  * experts some token routes to, packed together into chunks of up to
  * chunk_bytes (one GEMM per expert as its rows arrive).
@@ -64,6 +66,11 @@ typedef struct gguf_cuda_fwd_opts {
     size_t chunk_bytes;     /* quantized bytes per streamed chunk; 0: 64 MiB */
     int n_copy_threads;     /* host threads copying mmap -> pinned; 0: the online
                                CPUs, at most 16 */
+    int host_register;      /* register the model's file mappings with CUDA so the
+                               copy engine reads the page cache in place (no host
+                               copy): 0 auto (when the files fit in half the RAM and
+                               drop_pages is off), 1 always (GGUF_E_IO/NOMEM when
+                               CUDA refuses), -1 never (gather into pinned staging) */
 } gguf_cuda_fwd_opts;
 
 /* Transfer figures of a context, summed over its evals. */
@@ -76,6 +83,9 @@ typedef struct gguf_cuda_fwd_xfer {
                                  copy engine or the GPU is behind) */
     double host_issue_seconds; /* host time queueing dequant launches and GEMMs on
                                   the streamed chunks */
+    uint64_t direct_bytes;  /* of h2d_bytes: read in place from registered mappings */
+    uint64_t registered_bytes; /* file bytes registered (page-locked) with CUDA */
+    double register_seconds;   /* time the registration took (at create) */
     double host_sync_seconds; /* host time waiting for the GPU to finish (MoE
                                  routing needs the router logits; end of eval):
                                  the pipeline drains there */
