@@ -26,6 +26,7 @@ extern "C" {
 #include "forward_internal.h"
 #include "gguf/dequant.h"
 }
+#include "fwd_common.h"
 #include "fwd_cuda_internal.h"
 #include "fwd_dl.h"
 #include "ggufkit_cuda/cuda_dequant.h"
@@ -52,7 +53,6 @@ struct gguf_cuda_fwd {
     cudaStream_t ks; /* compute (the streamer has the copy stream) */
     cudaMemPool_t pool; /* activations and scratch: kept across syncs */
     cublasHandle_t blas;
-    bool blas_ok;
     fs_streamer *fs;
     fc_cache *lc;
     int64_t cap, k_w, v_w, n_past;
@@ -81,23 +81,11 @@ static double fc_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int fc_blas_fail(gguf_error *err, cublasStatus_t s, const char *what)
-{
-    if (s == CUBLAS_STATUS_ALLOC_FAILED)
-        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "cuda: %s: out of device memory",
-                         what);
-    int rc = gguf_fail(err, GGUF_E_IO, GGUF_NO_OFFSET, "cuda: %s: cuBLAS status %d", what,
-                       (int)s);
-    if (err)
-        err->sys_errno = s == CUBLAS_STATUS_NOT_INITIALIZED ? ENODEV : EIO;
-    return rc;
-}
-
 #define FC_BLAS(err, call)                                                                    \
     do {                                                                                      \
         const cublasStatus_t fc_s_ = (call);                                                  \
         if (fc_s_ != CUBLAS_STATUS_SUCCESS)                                                   \
-            return fc_blas_fail((err), fc_s_, #call);                                         \
+            return fwd_blas_fail((err), fc_s_, #call);                                         \
     } while (0)
 
 static int fc_alloc(gguf_cuda_fwd *c, void *pp, size_t bytes, gguf_error *err)
@@ -287,48 +275,6 @@ static int fc_capture(gguf_cuda_fwd *c, int layer, const char *op, const float *
     }
     int rc = fc_capture_host(c, layer, op, f, width, n_tok, err);
     free(f);
-    return rc;
-}
-
-/* ------------------------------------------------------------ RoPE table */
-
-/* cos and sin (with YaRN, freq factors and mscale) of every pair for n
- * positions from pos0, from the CPU's own fw_rope_apply: a pair (1, 0)
- * rotates to (cos, sin) exactly in f64 mode. */
-static int fc_rope_table(gguf_cuda_fwd *c, const fw_rope *r, int64_t pos0, int64_t n,
-                         double **out, gguf_error *err)
-{
-    *out = NULL;
-    const int64_t half = r->n_rot / 2;
-    const size_t nd = (size_t)(n * (half > 0 ? half : 1) * 2);
-    double *h = (double *)calloc(nd, sizeof(double));
-    double *x = (double *)calloc((size_t)(r->n_rot + 2), sizeof(double));
-    if (!h || !x) {
-        free(h);
-        free(x);
-        return fw_nomem(err, "RoPE table");
-    }
-    for (int64_t t = 0; t < n; t++) {
-        for (int64_t k = 0; k < half; k++) {
-            x[r->type == GGUF_ROPE_HALF ? k : 2 * k] = 1.0;
-            x[r->type == GGUF_ROPE_HALF ? k + half : 2 * k + 1] = 0.0;
-        }
-        fw_rope_apply(r, x, pos0 + t, GGUF_FWD_F64);
-        for (int64_t k = 0; k < half; k++) {
-            h[(t * half + k) * 2] = x[r->type == GGUF_ROPE_HALF ? k : 2 * k];
-            h[(t * half + k) * 2 + 1] = x[r->type == GGUF_ROPE_HALF ? k + half : 2 * k + 1];
-        }
-    }
-    free(x);
-    int rc = fc_alloc(c, out, nd * sizeof(double), err);
-    if (!rc) {
-        cudaError_t e = cudaMemcpyAsync(*out, h, nd * sizeof(double), cudaMemcpyHostToDevice, c->ks);
-        if (e == cudaSuccess)
-            e = cudaStreamSynchronize(c->ks); /* h is freed next */
-        if (e != cudaSuccess)
-            rc = gguf_cuda_fail(err, e, "RoPE table copy");
-    }
-    free(h);
     return rc;
 }
 
@@ -850,26 +796,11 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     }
 #undef FC_INIT
     {
-        int lrc = fwd_blas_load(err);
-        if (lrc) {
+        int brc = fwd_blas_reference(&c->blas, c->ks, err);
+        if (brc) {
             gguf_cuda_fwd_free(c);
-            return lrc;
+            return brc;
         }
-    }
-    cublasStatus_t bs = cublasCreate(&c->blas);
-    if (bs == CUBLAS_STATUS_SUCCESS) {
-        c->blas_ok = true;
-        bs = cublasSetStream(c->blas, c->ks);
-    }
-    /* The reference: no TF32, no reduced-precision or split-K tricks that
-     * change with the GPU, no atomics (deterministic). */
-    if (bs == CUBLAS_STATUS_SUCCESS)
-        bs = cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH);
-    if (bs == CUBLAS_STATUS_SUCCESS)
-        bs = cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        gguf_cuda_fwd_free(c);
-        return fc_blas_fail(err, bs, "cuBLAS set-up");
     }
     /* the two dequantized chunks are always there */
     c->resident = fs_resident_bytes(c->fs);
@@ -893,7 +824,7 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
         }
     free(c->lc);
     fs_free(c->fs);
-    if (c->blas_ok)
+    if (c->blas)
         cublasDestroy(c->blas);
     if (c->ks)
         cudaStreamDestroy(c->ks);
@@ -965,7 +896,7 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
     if ((rc = fc_alloc(c, &x, (size_t)(n * E) * sizeof(float), err)) ||
         (rc = fc_alloc(c, &cur, (size_t)(n * E) * sizeof(float), err)) ||
         (rc = fc_alloc(c, &y, (size_t)(n * E) * sizeof(float), err)) ||
-        (rc = fc_rope_table(c, &c->cpu->rope, c->n_past, n, &cs, err)))
+        (rc = fwd_rope_table(&c->cpu->rope, c->n_past, n, c->pool, c->ks, &cs, err)))
         goto done;
     {
         const gguf_tensor *te = W(c, -1, GGUF_ROLE_TOKEN_EMBD);

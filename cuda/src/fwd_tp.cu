@@ -18,6 +18,7 @@
 extern "C" {
 #include "forward_internal.h"
 }
+#include "fwd_common.h"
 #include "fwd_cuda_internal.h"
 #include "fwd_dl.h"
 #include "fwd_stream.h"
@@ -39,7 +40,7 @@ struct gguf_cuda_tp {
     cudaStream_t s;
     fs_streamer *fs; /* slices stream and are cut on the GPU */
     cublasHandle_t blas;
-    bool blas_ok;
+    cudaMemPool_t pool; /* the device's default pool (the RoPE table) */
     tc_cache *lc;
     int64_t n_past;
 };
@@ -62,13 +63,7 @@ static void tw_free(tw *w)
 
 static int tc_blas(gguf_error *err, cublasStatus_t st, const char *what)
 {
-    if (st == CUBLAS_STATUS_SUCCESS)
-        return 0;
-    int rc = gguf_fail(err, st == CUBLAS_STATUS_ALLOC_FAILED ? GGUF_E_NOMEM : GGUF_E_IO,
-                       GGUF_NO_OFFSET, "cuda tp: %s: cuBLAS status %d", what, (int)st);
-    if (err && rc == GGUF_E_IO)
-        err->sys_errno = EIO;
-    return rc;
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : fwd_blas_fail(err, st, what);
 }
 
 static int tc_alloc(float **p, int64_t n, gguf_error *err)
@@ -230,41 +225,6 @@ static int tc_capture(gguf_cuda_tp *c, int layer, const char *op, const float *d
             rc = GGUF_E_INTERRUPTED;
         return gguf_fail(err, rc, GGUF_NO_OFFSET, "forward: capture %s stopped the run", name);
     }
-    return 0;
-}
-
-/* cos/sin of n positions from pos0 (see fc_rope_table in fwd_run.cu). */
-static int tc_rope_table(const fw_rope *r, int64_t pos0, int64_t n, double **out, gguf_error *err)
-{
-    *out = NULL;
-    const int64_t half = r->n_rot / 2 > 0 ? r->n_rot / 2 : 1;
-    const size_t nd = (size_t)(n * half * 2);
-    double *h = (double *)calloc(nd, sizeof(double));
-    double *x = (double *)calloc((size_t)(r->n_rot + 2), sizeof(double));
-    if (!h || !x) {
-        free(h);
-        free(x);
-        return fw_nomem(err, "RoPE table");
-    }
-    const bool hp = r->type == GGUF_ROPE_HALF;
-    for (int64_t t = 0; t < n; t++) {
-        for (int64_t k = 0; k < r->n_rot / 2; k++) {
-            x[hp ? k : 2 * k] = 1.0;
-            x[hp ? k + r->n_rot / 2 : 2 * k + 1] = 0.0;
-        }
-        fw_rope_apply(r, x, pos0 + t, GGUF_FWD_F64);
-        for (int64_t k = 0; k < r->n_rot / 2; k++) {
-            h[(t * half + k) * 2] = x[hp ? k : 2 * k];
-            h[(t * half + k) * 2 + 1] = x[hp ? k + r->n_rot / 2 : 2 * k + 1];
-        }
-    }
-    free(x);
-    cudaError_t ce = cudaMalloc((void **)out, nd * sizeof(double));
-    if (ce == cudaSuccess)
-        ce = cudaMemcpy(*out, h, nd * sizeof(double), cudaMemcpyHostToDevice);
-    free(h);
-    if (ce != cudaSuccess)
-        return gguf_cuda_fail(err, ce, "RoPE table");
     return 0;
 }
 
@@ -796,7 +756,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
     const int64_t half = rope.n_rot / 2;
     if ((rc = tc_alloc(&x, n * E, err)) || (rc = tc_alloc(&cur, n * E, err)) ||
         (rc = tc_alloc(&part, n * E, err)) || (rc = tc_alloc(&part2, n * E, err)) ||
-        (rc = tc_rope_table(&rope, c->n_past, n, &cs, err)))
+        (rc = fwd_rope_table(&rope, c->n_past, n, c->pool, c->s, &cs, err)))
         goto done;
     /* vocab-parallel embedding: this rank serves ids [off, off + rows) */
     {
@@ -939,7 +899,8 @@ done:
     cudaFree(part2);
     cudaFree(lr);
     cudaFree(lall);
-    cudaFree(cs);
+    if (cs)
+        (void)cudaFreeAsync(cs, c->s);
     free(hl);
     free(lg);
     return rc;
@@ -1000,6 +961,8 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
      * synchronous helpers (cudaMemset of fresh buffers, weight uploads) run. */
     if (ce == cudaSuccess)
         ce = cudaStreamCreate(&c->s);
+    if (ce == cudaSuccess)
+        ce = cudaDeviceGetDefaultMemPool(&c->pool, c->device);
     if (ce != cudaSuccess) {
         gguf_cuda_tp_free(c);
         return gguf_cuda_fail(err, ce, "cuda tp set-up");
@@ -1017,24 +980,11 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
         }
     }
     {
-        int lrc = fwd_blas_load(err);
-        if (lrc) {
+        int brc = fwd_blas_reference(&c->blas, c->s, err);
+        if (brc) {
             gguf_cuda_tp_free(c);
-            return lrc;
+            return brc;
         }
-    }
-    cublasStatus_t bs = cublasCreate(&c->blas);
-    if (bs == CUBLAS_STATUS_SUCCESS) {
-        c->blas_ok = true;
-        bs = cublasSetStream(c->blas, c->s);
-    }
-    if (bs == CUBLAS_STATUS_SUCCESS)
-        bs = cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH);
-    if (bs == CUBLAS_STATUS_SUCCESS)
-        bs = cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        gguf_cuda_tp_free(c);
-        return tc_blas(err, bs, "cuBLAS set-up");
     }
     *out = c;
     return 0;
@@ -1055,7 +1005,7 @@ void gguf_cuda_tp_free(gguf_cuda_tp *c)
         }
     free(c->lc);
     fs_free(c->fs);
-    if (c->blas_ok)
+    if (c->blas)
         cublasDestroy(c->blas);
     if (c->s)
         cudaStreamDestroy(c->s);

@@ -124,7 +124,13 @@ int main(int argc, char **argv)
         const gguf_fwd_stats *t = &st[k];
         const gguf_cuda_fwd_xfer *x = &xf[k];
         const double rate = t->seconds > 0 ? (double)x->h2d_bytes / t->seconds : 0;
-        const double hc = x->host_copy_seconds > 0 ? (double)x->h2d_bytes / x->host_copy_seconds : 0;
+        /* the host copies only what it gathers (not what the copy engine
+         * reads in place from a registered mapping) */
+        const uint64_t direct = k ? x->direct_bytes - xf[0].direct_bytes : x->direct_bytes;
+        const uint64_t gathered = x->h2d_bytes - direct;
+        const double hc = gathered && x->host_copy_seconds > 0
+                              ? (double)gathered / x->host_copy_seconds
+                              : 0;
         printf("model=%s arch=%s eval=%s tokens=%lld weight_bytes=%llu chunks=%llu "
                "experts_loaded=%llu seconds=%.3f stream_GBps=%.2f h2d_GBps=%.2f ratio=%.1f%% "
                "host_copy_GBps=%.2f host_copy_s=%.3f wait_s=%.3f issue_s=%.3f sync_s=%.3f "
@@ -137,7 +143,7 @@ int main(int argc, char **argv)
                x->host_wait_seconds, x->host_issue_seconds, x->host_sync_seconds, nth,
                co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64,
                (double)x->device_bytes / 1048576.0, (double)model_bytes / 1048576.0,
-               (unsigned long long)(k ? x->direct_bytes - xf[0].direct_bytes : x->direct_bytes),
+               (unsigned long long)direct,
                (double)x->registered_bytes / 1048576.0, x->register_seconds);
     }
     gguf_model_free(m);

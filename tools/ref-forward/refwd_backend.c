@@ -138,11 +138,13 @@ void refwd_ctx_print_xfer(const refwd_ctx *c, FILE *out)
         gguf_cuda_fwd_stats(c->gpu, &st, &xf);
         fprintf(out,
                 "gpu: %.2f GB of quantized weights to the GPU in %llu chunks, %.2f GB/s over the "
-                "eval (host gather %.2f s, waiting for buffers %.2f s); %.0f MiB of device "
-                "memory held\n",
+                "eval; %.2f GB read in place from the registered mapping (%.0f MiB registered "
+                "in %.2f s), the rest gathered by the host (%.2f s); %.0f MiB of device memory "
+                "held\n",
                 (double)xf.h2d_bytes / 1e9, (unsigned long long)xf.chunks,
                 xf.stream_seconds > 0 ? (double)xf.h2d_bytes / xf.stream_seconds / 1e9 : 0.0,
-                xf.host_copy_seconds, xf.host_wait_seconds, (double)xf.device_bytes / 1048576.0);
+                (double)xf.direct_bytes / 1e9, (double)xf.registered_bytes / 1048576.0,
+                xf.register_seconds, xf.host_copy_seconds, (double)xf.device_bytes / 1048576.0);
     }
 #else
     (void)c;
