@@ -389,11 +389,12 @@ int fs_register_model(fs_streamer *s, const gguf_model *m, int mode, gguf_error 
     }
     for (int k = 0; k < FS_MAX_REGIONS; k++)
         total += end[k];
-    /* auto: only a model that fits in half the RAM, whose pages stay (locking
-     * them reads every page, routed or not, and keeps them resident) */
+    /* auto: only a model that fits in half the RAM (locking reads every
+     * page, routed or not, and keeps it resident); drop_pages then applies to
+     * the gathered chunks of a larger model */
     const long page = s->page > 0 ? s->page : 4096;
     const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)page;
-    if (mode == 0 && (s->drop_pages || (double)total > ram / 2))
+    if (mode == 0 && (double)total > ram / 2)
         return 0;
     const double t0 = fs_now();
     for (int k = 0; k < FS_MAX_REGIONS; k++) {

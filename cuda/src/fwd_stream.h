@@ -84,9 +84,10 @@ int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void
 /*
  * Register the mappings of m's files with CUDA (cudaHostRegister, read-only):
  * the copy engine then reads the page cache in place and the host's gather
- * goes away. mode: 0 auto (only when the files fit in half the RAM and pages
- * are not dropped: locking reads every page and keeps it resident), 1 always
- * (an error when CUDA refuses), -1 never. In auto a refused file is gathered.
+ * goes away. mode: 0 auto (only when the files fit in half the RAM: locking
+ * reads every page and keeps it resident, whatever drop_pages says), 1
+ * always (an error when CUDA refuses), -1 never. In auto a refused file is
+ * gathered.
  * Unregistered by fs_free.
  */
 int fs_register_model(fs_streamer *s, const gguf_model *m, int mode, gguf_error *err);

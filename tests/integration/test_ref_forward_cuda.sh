@@ -14,6 +14,12 @@ expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --precision f64
 contains "$T/err" "f64 is CPU only"
 expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --mla absorbed
 contains "$T/err" "absorbed is CPU only"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --host-register maybe
+contains "$T/err" "--host-register: 'maybe' is not auto, on or off"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --host-register on
+contains "$T/err" "--host-register applies to --backend cuda"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2 --host-register off
+contains "$T/err" "without --tp"
 
 # --backend cpu is the default
 expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cpu --record "$T/cpu.gguf"
@@ -27,6 +33,13 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 &&
     expect 0 "$RF" compare "$T/cpu.gguf" "$T/gpu.gguf"
     expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --compare "$T/cpu.gguf"
     contains "$T/out" "logits"
+    # the copy engine reading the locked mapping in place, or the host gathering
+    expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --host-register on --stats \
+        --compare "$T/cpu.gguf"
+    grep -qF "(0 MiB registered" "$T/out" && fail "--host-register on registered nothing" || pass
+    expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --host-register off --stats \
+        --compare "$T/cpu.gguf"
+    contains "$T/out" "0.00 GB read in place from the registered mapping (0 MiB registered"
     # tensor parallel on the GPUs of this host
     if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
         expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2

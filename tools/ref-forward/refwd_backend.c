@@ -66,7 +66,7 @@ int refwd_backend_probe(refwd_backend b, gguf_error *err)
 }
 
 int refwd_ctx_create(refwd_ctx **out, refwd_backend b, const gguf_model *m,
-                     const gguf_fwd_opts *fo, gguf_error *err)
+                     const gguf_fwd_opts *fo, int host_register, gguf_error *err)
 {
     *out = NULL;
     refwd_ctx *c = calloc(1, sizeof *c);
@@ -78,10 +78,13 @@ int refwd_ctx_create(refwd_ctx **out, refwd_backend b, const gguf_model *m,
     c->b = b;
     int rc;
     if (b == REFWD_CPU) {
+        (void)host_register;
         rc = gguf_fwd_ctx_create(&c->cpu, m, fo, err);
     } else {
 #if defined(GGUFKIT_HAVE_CUDA)
-        rc = gguf_cuda_fwd_create(&c->gpu, m, fo, NULL, err);
+        gguf_cuda_fwd_opts co = {0};
+        co.host_register = host_register;
+        rc = gguf_cuda_fwd_create(&c->gpu, m, fo, &co, err);
 #else
         rc = no_cuda(err);
 #endif

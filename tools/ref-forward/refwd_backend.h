@@ -24,8 +24,10 @@ const char *refwd_backend_name(refwd_backend b);
  * build, no GPU): GGUF_E_IO with a message that says so. */
 int refwd_backend_probe(refwd_backend b, gguf_error *err);
 
+/* host_register: the GPU's gguf_cuda_fwd_opts.host_register (0 auto, 1 on,
+ * -1 off); ignored by the CPU. */
 int refwd_ctx_create(refwd_ctx **out, refwd_backend b, const gguf_model *m,
-                     const gguf_fwd_opts *fo, gguf_error *err);
+                     const gguf_fwd_opts *fo, int host_register, gguf_error *err);
 int refwd_ctx_eval(refwd_ctx *c, const int32_t *tokens, int64_t n, float *logits,
                    gguf_error *err);
 int64_t refwd_ctx_n_past(const refwd_ctx *c);

@@ -43,6 +43,7 @@ enum {
     OPT_HTML,
     OPT_BACKEND,
     OPT_PROMPT,
+    OPT_HOST_REGISTER,
 };
 
 static const cli_opt options[] = {
@@ -62,6 +63,9 @@ static const cli_opt options[] = {
     {OPT_TOPK, "indexer-top-k", 1, "K", "glm-dsa: override the indexer's top-k"},
     {OPT_BACKEND, "backend", 1, "cpu|cuda", "where the forward runs: the CPU reference (default) or "
      "one GPU (f32; records and --compare as for the CPU); with --tp N, N GPUs over NCCL"},
+    {OPT_HOST_REGISTER, "host-register", 1, "auto|on|off",
+     "--backend cuda: lock the model's pages in place for the GPU's copy engine (auto: when "
+     "the files fit in half the RAM)"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
     {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
     {OPT_TP, "tp", 1, "N", "virtual tensor parallel: N ranks from the shard plan, compared "
@@ -110,6 +114,7 @@ typedef struct run_opts {
     gguf_engine engine;
     const char *inject, *compare, *tol, *html;
     refwd_backend backend;
+    int host_register; /* 0 auto, 1 on, -1 off; 2: not given */
 } run_opts;
 
 static int parse_tokens(const char *s, run_opts *o)
@@ -539,6 +544,7 @@ done:
 int refwd_run_main(int argc, char **argv)
 {
     run_opts o = {0};
+    o.host_register = 2;
     int c, optind_ = 1;
     const char *arg;
     int ret = CLI_EXIT_USAGE;
@@ -641,6 +647,18 @@ int refwd_run_main(int argc, char **argv)
                 goto done;
             }
             break;
+        case OPT_HOST_REGISTER:
+            if (!strcmp(arg, "auto")) {
+                o.host_register = 0;
+            } else if (!strcmp(arg, "on")) {
+                o.host_register = 1;
+            } else if (!strcmp(arg, "off")) {
+                o.host_register = -1;
+            } else {
+                cli_errorf(spec.tool, "--host-register: '%s' is not auto, on or off", arg);
+                goto done;
+            }
+            break;
         case OPT_THREADS:
             if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
                 cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
@@ -676,6 +694,11 @@ int refwd_run_main(int argc, char **argv)
         goto done;
     }
 
+    if (o.host_register != 2 && (o.backend != REFWD_CUDA || o.tp)) {
+        cli_errorf(spec.tool, "--host-register applies to --backend cuda without --tp (tensor-"
+                              "parallel ranks register in auto mode)");
+        goto done;
+    }
     if (o.backend == REFWD_CUDA) {
         if (o.precision_set && o.fo.precision == GGUF_FWD_F64) {
             cli_errorf(spec.tool, "--backend cuda computes in f32: --precision f64 is CPU only");
@@ -795,7 +818,8 @@ int refwd_run_main(int argc, char **argv)
     }
 
     o.fo.drop_pages = true; /* the set is mapped from files */
-    rc = refwd_ctx_create(&ctx, o.backend, m, &o.fo, &err);
+    rc = refwd_ctx_create(&ctx, o.backend, m, &o.fo, o.host_register == 2 ? 0 : o.host_register,
+                          &err);
     const int64_t V = hp->n_vocab;
     const int64_t n_rows = o.n_tokens + (o.n_predict > 1 ? o.n_predict - 1 : 0);
     logits = malloc((size_t)(n_rows * V) * sizeof(float) + 1);

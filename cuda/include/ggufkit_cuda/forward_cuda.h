@@ -68,9 +68,10 @@ typedef struct gguf_cuda_fwd_opts {
                                CPUs, at most 16 */
     int host_register;      /* register the model's file mappings with CUDA so the
                                copy engine reads the page cache in place (no host
-                               copy): 0 auto (when the files fit in half the RAM and
-                               drop_pages is off), 1 always (GGUF_E_IO/NOMEM when
-                               CUDA refuses), -1 never (gather into pinned staging) */
+                               copy): 0 auto (when the files fit in half the RAM;
+                               their pages then stay resident whatever drop_pages
+                               says), 1 always (GGUF_E_IO/NOMEM when CUDA refuses),
+                               -1 never (gather into pinned staging) */
 } gguf_cuda_fwd_opts;
 
 /* Transfer figures of a context, summed over its evals. */
