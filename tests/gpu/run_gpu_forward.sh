@@ -19,6 +19,9 @@
 #   model20b     a generated ~20B-parameter MoE (Q4_K): 64-token prompt on the
 #                CPU (all cores) and on the GPU, timed, records compared; with 2 GPUs
 #                also --backend cuda --tp 2 against the single-GPU record, timed
+#   tpfaults     tests/gpu/tp_faults.py at tp = the GPUs of the host (GGUFKIT_TP to
+#                override; 2 or more): a deepseek2 model whose counts divide by 8, a
+#                correct plan and every fault of the catalog, GPU ranks against CPU ranks
 # (-Werror stays off here: the GPU machine's compiler may warn where ours does not.)
 # GGUFKIT_GPU_BUILD=DIR uses a tree built elsewhere (same CUDA; sm_90) that holds
 # tools/ref-forward, testdata/gguf-gen, tests/test_gpu_forward, tests/test_nccl_comm and
@@ -28,7 +31,7 @@
 #   cmake --build build-gpufwd-run -j2 --target ref-forward gguf-gen test_gpu_forward \
 #         test_nccl_comm test_gpu_tp bench_cuda_forward
 # GGUFKIT_SKIP="..." skips steps by name (test nccl tp integration cli sanitizer stream
-# model20b); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model. The whole script takes about 10 minutes on one H200; under a 10-minute
+# model20b tpfaults); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model. The whole script takes about 10 minutes on one H200; under a 10-minute
 # limit per command run it twice, e.g.
 #   GGUFKIT_SKIP="stream model20b" tests/gpu/run_gpu_forward.sh
 #   GGUFKIT_SKIP="test nccl tp integration cli sanitizer" tests/gpu/run_gpu_forward.sh
@@ -206,6 +209,22 @@ if ! skipped model20b; then
         note "model20b cuda tp 2 vs single GPU: rc=$rc wall=$(awk "BEGIN { printf \"%.1f\", $s1 - $s0 }") s"
     fi
     rm -f "$M" "$SCR"/20b.*.gguf
+fi
+if ! skipped tpfaults; then
+    NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    TPN=${GGUFKIT_TP:-$NGPU}
+    if [ "$TPN" -ge 2 ]; then
+        step "tpfaults: --backend cuda --tp $TPN, every fault of the catalog, against the CPU ranks"
+        NCCL_NVLS_ENABLE=0 timeout 900 python3 "$ROOT/tests/gpu/tp_faults.py" "$BUILD" "$SCR/tpf" \
+            "$TPN" > "$OUT/tpfaults-tp$TPN.log" 2>&1
+        rc=$?
+        cp "$SCR/tpf/tp_faults.json" "$OUT/tpfaults-tp$TPN.json" 2>/dev/null
+        cat "$OUT/tpfaults-tp$TPN.log"
+        note "tpfaults tp $TPN rc=$rc"
+        [ "$rc" = 0 ] || status=1
+    else
+        note "tpfaults: skipped (needs 2 GPUs or more)"
+    fi
 fi
 [ -z "${GGUFKIT_SCRATCH:-}" ] && rm -rf "$SCR"
 step "done status=$status"
