@@ -29,7 +29,7 @@
 #   cmake -S . -B build-gpufwd-run -DGGUFKIT_WERROR=OFF -DCMAKE_BUILD_TYPE=Release \
 #         -DGGUFKIT_CUDA_ARCHITECTURES=90-real
 #   cmake --build build-gpufwd-run -j2 --target ref-forward gguf-gen test_gpu_forward \
-#         test_nccl_comm test_gpu_tp bench_cuda_forward
+#         test_nccl_comm test_gpu_tp bench_cuda_forward shard-plan
 # GGUFKIT_SKIP="..." skips steps by name (test nccl tp integration cli sanitizer stream
 # model20b tpfaults); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model. The whole script takes about 10 minutes on one H200; under a 10-minute
 # limit per command run it twice, e.g.
@@ -64,7 +64,8 @@ nproc > "$OUT/cpu.txt"; free -g >> "$OUT/cpu.txt"; df -h "$SCR" >> "$OUT/cpu.txt
 if [ -x "$BUILD/tools/ref-forward" ] && [ -x "$BUILD/testdata/gguf-gen" ] &&
    [ -x "$BUILD/tests/test_gpu_forward" ] && [ -x "$BUILD/tests/test_nccl_comm" ] &&
    [ -x "$BUILD/tests/test_gpu_tp" ] &&
-   [ -x "$BUILD/tests/bench_cuda_forward" ] && [ -n "${GGUFKIT_GPU_BUILD:-}" ]; then
+   [ -x "$BUILD/tests/bench_cuda_forward" ] && [ -x "$BUILD/tools/shard-plan" ] &&
+   [ -n "${GGUFKIT_GPU_BUILD:-}" ]; then
     step "prebuilt $BUILD"
     echo "prebuilt tree $BUILD" > "$OUT/build.log"
 else
@@ -72,7 +73,7 @@ step "build $BUILD"
 { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=OFF -DCMAKE_BUILD_TYPE=Release \
     -DGGUFKIT_CUDA_ARCHITECTURES="${GGUFKIT_CUDA_ARCHITECTURES:-90-real}" &&
   cmake --build "$BUILD" -j"$NPROC" --target ref-forward gguf-gen test_gpu_forward \
-    test_nccl_comm test_gpu_tp bench_cuda_forward; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
+    test_nccl_comm test_gpu_tp bench_cuda_forward shard-plan; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
 fi
 RF=$BUILD/tools/ref-forward
 GEN=$BUILD/testdata/gguf-gen
