@@ -63,14 +63,4 @@ void fk_acc_out(float *out, const double *acc, const float *add, int64_t n, cuda
 void fk_place_t(float *out, const float *w, int64_t nr, int64_t w0, int64_t ld, int64_t out_ld,
                 cudaStream_t s);
 
-/* Device pointers passed by value (kernel parameters are copied at launch):
- * a grouped GEMM reads its A/B/C pointer arrays from device memory, and a
- * kernel on the same stream writes them just before, so one buffer serves
- * every launch in order. */
-#define FK_PTRS_MAX 192
-typedef struct fk_ptrs {
-    const void *p[FK_PTRS_MAX];
-} fk_ptrs;
-void fk_store_ptrs(const void **dst, const fk_ptrs *v, int n, cudaStream_t s);
-
 #endif

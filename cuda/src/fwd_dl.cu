@@ -22,10 +22,9 @@ typedef struct fwd_lib {
     char why[512];
 } fwd_lib;
 
-/* Open the first library of names[] that loads; fill the n symbols; *handle
- * (may be NULL) receives the library for optional symbols. */
+/* Open the first library of names[] that loads; fill the n symbols. */
 static bool fwd_open(const char *const *names, const char *const *syms, void **out, int n,
-                     char *why, size_t why_size, void **handle)
+                     char *why, size_t why_size)
 {
     void *h = NULL;
     const char *tried = names[0];
@@ -43,8 +42,6 @@ static bool fwd_open(const char *const *names, const char *const *syms, void **o
             return false; /* the handle stays open: harmless, and nothing else holds it */
         }
     }
-    if (handle)
-        *handle = h;
     return true;
 }
 
@@ -69,12 +66,9 @@ static void fwd_blas_init(void)
                                        "cublasSetStream_v2",   "cublasSetMathMode",
                                        "cublasSetAtomicsMode", "cublasSgemm_v2",
                                        "cublasSgemmStridedBatched"};
-    void *p[7], *h = NULL;
-    if (!fwd_open(names, syms, p, 7, fwd_blas_lib.why, sizeof fwd_blas_lib.why, &h))
+    void *p[7];
+    if (!fwd_open(names, syms, p, 7, fwd_blas_lib.why, sizeof fwd_blas_lib.why))
         return;
-    /* optional (cuBLAS 12.5 on): without it expert GEMMs go one by one */
-    void *g = dlsym(h, "cublasSgemmGroupedBatched");
-    memcpy(&fwd_blas_table.sgemm_grouped_batched, &g, sizeof g);
     memcpy(&fwd_blas_table.create, &p[0], sizeof p[0]);
     memcpy(&fwd_blas_table.destroy, &p[1], sizeof p[1]);
     memcpy(&fwd_blas_table.set_stream, &p[2], sizeof p[2]);
@@ -111,7 +105,7 @@ static void fwd_nccl_init(void)
                                        "ncclAllReduce",      "ncclAllGather",
                                        "ncclGetErrorString"};
     void *p[9];
-    if (!fwd_open(names, syms, p, 9, fwd_nccl_lib.why, sizeof fwd_nccl_lib.why, NULL))
+    if (!fwd_open(names, syms, p, 9, fwd_nccl_lib.why, sizeof fwd_nccl_lib.why))
         return;
     memcpy(&fwd_nccl_table.get_unique_id, &p[0], sizeof p[0]);
     memcpy(&fwd_nccl_table.comm_init_rank_config, &p[1], sizeof p[1]);

@@ -24,7 +24,6 @@ typedef struct fwd_blas_api {
     decltype(&cublasSetAtomicsMode) set_atomics_mode;
     decltype(&cublasSgemm_v2) sgemm;
     decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
-    decltype(&cublasSgemmGroupedBatched) sgemm_grouped_batched; /* NULL when absent */
 } fwd_blas_api;
 const fwd_blas_api *fwd_blas_api_get(void);
 #undef cublasCreate
@@ -38,7 +37,6 @@ const fwd_blas_api *fwd_blas_api_get(void);
 #define cublasSetAtomicsMode (fwd_blas_api_get()->set_atomics_mode)
 #define cublasSgemm (fwd_blas_api_get()->sgemm)
 #define cublasSgemmStridedBatched (fwd_blas_api_get()->sgemm_strided_batched)
-#define cublasSgemmGroupedBatched (fwd_blas_api_get()->sgemm_grouped_batched)
 #endif
 
 #if defined(NCCL_H_)

@@ -281,17 +281,3 @@ void fk_place_t(float *out, const float *w, int64_t nr, int64_t w0, int64_t ld, 
     if (nr * w0 > 0)
         k_place_t<<<fk_blocks(nr * w0), FK_THREADS, 0, s>>>(out, w, nr, w0, ld, out_ld);
 }
-
-/* ---- pointer arrays of a grouped GEMM, written in stream order ---- */
-
-__global__ static void k_store_ptrs(const void **dst, fk_ptrs v, int n)
-{
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        dst[i] = v.p[i];
-}
-
-void fk_store_ptrs(const void **dst, const fk_ptrs *v, int n, cudaStream_t s)
-{
-    if (n > 0)
-        k_store_ptrs<<<1, FK_THREADS, 0, s>>>(dst, *v, n < FK_PTRS_MAX ? n : FK_PTRS_MAX);
-}

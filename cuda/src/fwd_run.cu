@@ -54,8 +54,6 @@ struct gguf_cuda_fwd {
     cudaMemPool_t pool; /* activations and scratch: kept across syncs */
     cublasHandle_t blas;
     fs_streamer *fs;
-    const void **gptrs; /* device A/B/C pointer arrays of grouped GEMMs */
-    bool no_grouped;    /* cuBLAS without (or refusing) grouped GEMMs */
     fc_cache *lc;
     int64_t cap, k_w, v_w, n_past;
     gguf_fwd_stats st;
@@ -182,7 +180,6 @@ static void fc_release(gguf_cuda_fwd *c, float *p, int64_t n_floats)
  * y_i = y + y_off[i], x_i = x + x_off[i] and n_tok[i] tokens (a single entry
  * when the arrays are NULL: offset 0, n_tok tokens). Column-major: W^T x. */
 typedef struct fc_mm_arg {
-    gguf_cuda_fwd *c;
     cublasHandle_t blas;
     float *y;
     int64_t ys;
@@ -207,77 +204,13 @@ static int fc_mm_chunk(const float *w, int64_t i, int64_t r0, int64_t nr, void *
     return 0;
 }
 
-/* The GEMMs of a chunk's parts (the routed experts it holds) as grouped
- * GEMMs, up to FC_GROUP problems a call: one cuBLAS call instead of one per
- * expert, whose host cost bounds the eval when experts are small. Problem q
- * is part q's fc_mm_chunk. */
-#define FC_GROUP (FK_PTRS_MAX / 3)
-
-static int fc_mm_group(const float *w, const fs_run_part *parts, int n, void *arg,
-                       gguf_error *err)
-{
-    const fc_mm_arg *a = (const fc_mm_arg *)arg;
-    gguf_cuda_fwd *c = a->c;
-    for (int base = 0; base < n; base += FC_GROUP) {
-        const int end = n - base < FC_GROUP ? n : base + FC_GROUP;
-        cublasOperation_t ta[FC_GROUP], tb[FC_GROUP];
-        int m[FC_GROUP], nn[FC_GROUP], k[FC_GROUP], lda[FC_GROUP], ldb[FC_GROUP], ldc[FC_GROUP];
-        int gsize[FC_GROUP];
-        float alpha[FC_GROUP], beta[FC_GROUP];
-        fk_ptrs P = {};
-        int q = 0;
-        for (int j = base; j < end; j++) {
-            const fs_run_part *p = &parts[j];
-            const int64_t nt = a->n_tok_of ? a->n_tok_of[p->i] : a->n_tok;
-            if (nt < 1)
-                continue;
-            ta[q] = CUBLAS_OP_T;
-            tb[q] = CUBLAS_OP_N;
-            m[q] = (int)p->nr;
-            nn[q] = (int)nt;
-            k[q] = (int)a->n_in;
-            lda[q] = (int)a->n_in;
-            ldb[q] = (int)a->xs;
-            ldc[q] = (int)a->ys;
-            alpha[q] = 1.0f;
-            beta[q] = 0.0f;
-            gsize[q] = 1;
-            P.p[q] = w + p->float_off;
-            P.p[FC_GROUP + q] = a->x + (a->x_off ? a->x_off[p->i] : 0);
-            P.p[2 * FC_GROUP + q] = a->y + (a->y_off ? a->y_off[p->i] : 0) + p->r0;
-            q++;
-        }
-        if (q == 0)
-            continue;
-        cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
-        if (!c->no_grouped) {
-            fk_store_ptrs(c->gptrs, &P, 3 * FC_GROUP, c->ks);
-            st = cublasSgemmGroupedBatched(
-                c->blas, ta, tb, m, nn, k, alpha, (const float *const *)c->gptrs, lda,
-                (const float *const *)(c->gptrs + FC_GROUP), ldb, beta,
-                (float *const *)(c->gptrs + 2 * FC_GROUP), ldc, q, gsize);
-            if (st == CUBLAS_STATUS_NOT_SUPPORTED)
-                c->no_grouped = true; /* one by one from now on */
-            else if (st != CUBLAS_STATUS_SUCCESS)
-                return fwd_blas_fail(err, st, "cublasSgemmGroupedBatched");
-        }
-        for (int j = base; j < end && st != CUBLAS_STATUS_SUCCESS; j++) {
-            const fs_run_part *p = &parts[j];
-            int rc = fc_mm_chunk(w + p->float_off, p->i, p->r0, p->nr, arg, err);
-            if (rc)
-                return rc;
-        }
-    }
-    return 0;
-}
-
 /* y[t][o] = W[row0+o] . x[t] (+ bias[row0+o]) for o < n_out. */
 static int fc_mm(gguf_cuda_fwd *c, float *y, int64_t ys, const float *x, int64_t xs,
                  const gguf_tensor *w, int64_t row0, int64_t n_out, const gguf_tensor *bias,
                  int64_t n_tok, gguf_error *err)
 {
     const int64_t n_in = w->ne[0];
-    fc_mm_arg a = {c, c->blas, y, ys ? ys : n_out, x, xs ? xs : n_in, n_in, n_tok, NULL, NULL, NULL};
+    fc_mm_arg a = {c->blas, y, ys ? ys : n_out, x, xs ? xs : n_in, n_in, n_tok, NULL, NULL, NULL};
     int rc = fc_stream(c, w, row0, n_out, fc_mm_chunk, &a, err);
     if (rc || !bias)
         return rc;
@@ -686,15 +619,15 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
             nx++;
         }
         c->st.experts_loaded += (uint64_t)nx;
-        fc_mm_arg ag = {c, c->blas, hg, nff, xs, E, E, 0, off_h, off_e, ntok};
+        fc_mm_arg ag = {c->blas, hg, nff, xs, E, E, 0, off_h, off_e, ntok};
         fc_mm_arg au = ag;
         au.y = hu;
-        fc_mm_arg ad = {c, c->blas, ys, E, hg, nff, nff, 0, off_e, off_h, ntok};
-        if ((rc = fs_stream_chunks(c->fs, rq, nx, fc_mm_group, &ag, err)) ||
-            (rc = fs_stream_chunks(c->fs, rq_up, nx, fc_mm_group, &au, err)))
+        fc_mm_arg ad = {c->blas, ys, E, hg, nff, nff, 0, off_e, off_h, ntok};
+        if ((rc = fs_stream(c->fs, rq, nx, fc_mm_chunk, &ag, err)) ||
+            (rc = fs_stream(c->fs, rq_up, nx, fc_mm_chunk, &au, err)))
             goto done;
         fk_swiglu(hg, hu, start[ne] * nff, c->ks);
-        if ((rc = fs_stream_chunks(c->fs, rq_down, nx, fc_mm_group, &ad, err)))
+        if ((rc = fs_stream(c->fs, rq_down, nx, fc_mm_chunk, &ad, err)))
             goto done;
         /* combined expert by expert, in the CPU's order */
         for (int64_t e = 0; e < ne; e++)
@@ -868,12 +801,6 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
             gguf_cuda_fwd_free(c);
             return brc;
         }
-        c->no_grouped = !fwd_blas_api_get()->sgemm_grouped_batched;
-        cudaError_t ge = cudaMalloc((void **)&c->gptrs, FK_PTRS_MAX * sizeof(void *));
-        if (ge != cudaSuccess) {
-            gguf_cuda_fwd_free(c);
-            return gguf_cuda_fail(err, ge, "grouped GEMM pointers");
-        }
     }
     /* the two dequantized chunks are always there */
     c->resident = fs_resident_bytes(c->fs);
@@ -897,7 +824,6 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
         }
     free(c->lc);
     fs_free(c->fs);
-    cudaFree(c->gptrs);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->ks)

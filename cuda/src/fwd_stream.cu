@@ -20,7 +20,10 @@
 #define FS_MAX_REGIONS 64 /* registered files (parts of a split set) */
 
 /* A run of rows of one request entry, placed in a chunk. */
-typedef fs_run_part fs_part;
+typedef struct fs_part {
+    int64_t i, r0, nr;
+    int64_t float_off; /* within its chunk */
+} fs_part;
 
 /* A chunk of the request being streamed: parts [first, first + n). A direct
  * chunk's parts lie in registered memory: the copy engine reads them in
@@ -297,8 +300,7 @@ static int fs_gather(fs_streamer *s, int j, gguf_error *err)
 
 /* Chunk j (gathered) to the GPU: the copy, then (after the next chunk's
  * gather has started) the dequant and fn for each part. */
-static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, fs_chunk_fn cfn, void *arg,
-                  gguf_error *err)
+static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *err)
 {
     const fs_chunk *c = &s->chunks[j];
     const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
@@ -329,9 +331,7 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, fs_chunk_fn cfn, void *a
     t0 = fs_now();
     GC_TRY(err, cudaStreamWaitEvent(s->ks, s->h2d_done[b], 0));
     rc = gguf_cuda_dequant(c->type, s->raw[b], s->wbuf, c->floats, (gguf_cuda_stream *)s->ks, err);
-    if (cfn && !rc)
-        rc = cfn(s->wbuf, &s->parts[c->first], c->n, arg, err);
-    for (int k = c->first; k < c->first + c->n && !rc && !cfn; k++) {
+    for (int k = c->first; k < c->first + c->n && !rc; k++) {
         const fs_part *p = &s->parts[k];
         rc = fn(s->wbuf + p->float_off, p->i, p->r0, p->nr, arg, err);
     }
@@ -350,31 +350,19 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, fs_chunk_fn cfn, void *a
     return rc;
 }
 
-static int fs_stream_any(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn,
-                         fs_chunk_fn cfn, void *arg, gguf_error *err)
+int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
+              gguf_error *err)
 {
     int rc = fs_plan(s, req, n, err);
     if (rc || s->n_chunks == 0)
         return rc;
     rc = fs_gather(s, 0, err);
     for (int j = 0; j < s->n_chunks && !rc; j++)
-        rc = fs_run(s, j, fn, cfn, arg, err);
+        rc = fs_run(s, j, fn, arg, err);
     /* nothing may still be copying into a pinned buffer after a failure */
     gguf_host_copy_wait(s->team);
     s->slot += (uint64_t)s->n_chunks;
     return rc;
-}
-
-int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
-              gguf_error *err)
-{
-    return fs_stream_any(s, req, n, fn, NULL, arg, err);
-}
-
-int fs_stream_chunks(fs_streamer *s, const fs_rows *req, int64_t n, fs_chunk_fn fn, void *arg,
-                     gguf_error *err)
-{
-    return fs_stream_any(s, req, n, NULL, fn, arg, err);
 }
 
 int fs_register_model(fs_streamer *s, const gguf_model *m, int mode, gguf_error *err)

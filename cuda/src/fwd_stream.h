@@ -49,19 +49,6 @@ typedef struct fs_rows {
 typedef int (*fs_rows_fn)(const float *w, int64_t i, int64_t r0, int64_t nr, void *arg,
                           gguf_error *err);
 
-/* A part of a chunk: rows [r0, r0 + nr) of request entry i, at w + float_off
- * in the chunk's dequantized rows. */
-typedef struct fs_run_part {
-    int64_t i, r0, nr;
-    int64_t float_off;
-} fs_run_part;
-
-/* Called once per chunk with all its parts, in order (for work that batches
- * them, as one grouped GEMM for the experts of a chunk); same rules as
- * fs_rows_fn. */
-typedef int (*fs_chunk_fn)(const float *w, const fs_run_part *parts, int n, void *arg,
-                           gguf_error *err);
-
 /* Figures summed over a streamer's life. */
 typedef struct fs_stats {
     uint64_t bytes;      /* quantized bytes copied to the GPU */
@@ -104,10 +91,6 @@ int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void
  * Unregistered by fs_free.
  */
 int fs_register_model(fs_streamer *s, const gguf_model *m, int mode, gguf_error *err);
-
-/* fs_stream with one call per chunk instead of one per part. */
-int fs_stream_chunks(fs_streamer *s, const fs_rows *req, int64_t n, fs_chunk_fn fn, void *arg,
-                     gguf_error *err);
 
 fs_stats fs_get_stats(const fs_streamer *s);
 /* The compute stream given to fs_create. */
