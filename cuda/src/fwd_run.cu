@@ -54,6 +54,8 @@ struct gguf_cuda_fwd {
     cudaMemPool_t pool; /* activations and scratch: kept across syncs */
     cublasHandle_t blas;
     fs_streamer *fs;
+    float *hlog;        /* pinned: router logits come back without blocking the host */
+    size_t hlog_n;
     fc_cache *lc;
     int64_t cap, k_w, v_w, n_past;
     gguf_fwd_stats st;
@@ -496,7 +498,6 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
     float *dlog = NULL, *xs = NULL, *ys = NULL, *dw = NULL, *hg = NULL, *hu = NULL, *ysh = NULL;
     int32_t *drows = NULL;
     double *acc = NULL;
-    float *hlog = (float *)malloc((size_t)(n * ne) * sizeof(float) + 1);
     double *logits = (double *)malloc((size_t)(n * ne) * sizeof(double) + 1);
     int64_t *ids = (int64_t *)malloc((size_t)(n * nu) * sizeof(int64_t) + 1);
     double *wts = (double *)malloc((size_t)(n * nu) * sizeof(double) + 1);
@@ -516,7 +517,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
                       *de = W(c, il, GGUF_ROLE_FFN_DOWN_EXPS), *gs = W(c, il, GGUF_ROLE_FFN_GATE_SHEXP),
                       *us = W(c, il, GGUF_ROLE_FFN_UP_SHEXP), *ds = W(c, il, GGUF_ROLE_FFN_DOWN_SHEXP);
     int rc = 0;
-    if (!hlog || !logits || !ids || !wts || !scr || !cap || !rows || !roww || !start || !rq ||
+    if (!logits || !ids || !wts || !scr || !cap || !rows || !roww || !start || !rq ||
         !off_h) {
         rc = fw_nomem(err, "MoE");
         goto done;
@@ -530,7 +531,15 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
     if ((rc = fc_alloc(c, &dlog, (size_t)(n * ne) * sizeof(float), err)) ||
         (rc = fc_mm(c, dlog, 0, x, E, gi, 0, ne, NULL, n, err)))
         goto done;
-    GC_TRY(err, cudaMemcpyAsync(hlog, dlog, (size_t)(n * ne) * sizeof(float),
+    if (c->hlog_n < (size_t)(n * ne)) {
+        cudaFreeHost(c->hlog);
+        c->hlog = NULL;
+        c->hlog_n = 0;
+        GC_TRY(err, cudaHostAlloc((void **)&c->hlog, (size_t)(n * ne) * sizeof(float),
+                                  cudaHostAllocDefault));
+        c->hlog_n = (size_t)(n * ne);
+    }
+    GC_TRY(err, cudaMemcpyAsync(c->hlog, dlog, (size_t)(n * ne) * sizeof(float),
                                 cudaMemcpyDeviceToHost, c->ks));
     /* The shared experts need no routing: they stream while the GPU computes
      * the router logits, instead of after the wait for them. */
@@ -544,7 +553,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         c->xf.host_sync_seconds += fc_now() - t0;
     }
     for (int64_t i = 0; i < n * ne; i++)
-        logits[i] = hlog[i];
+        logits[i] = c->hlog[i];
     if (bt) {
         bias = (float *)malloc((size_t)bt->ne[0] * sizeof(float) + 1);
         if (!bias) {
@@ -650,7 +659,6 @@ done:
     fc_dfree(c, ysh);
     free(rq);
     free(off_h);
-    free(hlog);
     free(logits);
     free(ids);
     free(wts);
@@ -823,6 +831,8 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
             cudaFree(c->lc[i].v);
         }
     free(c->lc);
+    if (c->hlog)
+        cudaFreeHost(c->hlog);
     fs_free(c->fs);
     if (c->blas)
         cublasDestroy(c->blas);
@@ -963,12 +973,13 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
         if ((rc = fc_mm(c, lg, 0, cur, E, wo, 0, V, NULL, n, err)) ||
             (rc = fc_capture(c, -1, "logits", lg, V, n, err)))
             goto done;
+        fc_sample_mem(c);
+        /* a copy to pageable memory waits for the stream: timed as the sync */
+        const double t0 = fc_now();
         if (logits_out) {
             GC_TRY(err, cudaMemcpyAsync(logits_out, lg, (size_t)(n * V) * sizeof(float),
                                         cudaMemcpyDeviceToHost, c->ks));
         }
-        fc_sample_mem(c);
-        const double t0 = fc_now();
         GC_TRY(err, cudaStreamSynchronize(c->ks));
         c->xf.host_sync_seconds += fc_now() - t0;
         GC_TRY(err, cudaGetLastError());
