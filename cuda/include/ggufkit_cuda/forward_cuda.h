@@ -27,9 +27,10 @@
  * host threads gather them into one of three pinned buffers. Either way they
  * are copied to the GPU on a copy stream while the previous chunk is
  * dequantized (gguf_cuda_dequant, bit-exact with the CPU) and multiplied on
- * the compute stream; events order the reuse of each buffer. Device memory holds two chunks of weights, the activations and
- * the KV cache, whatever the size of the model. An MoE layer moves only the
- * experts some token routes to, packed together into chunks of up to
+ * the compute stream; events order the reuse of each buffer. Device memory
+ * holds three raw chunks, one chunk of dequantized weights, the activations
+ * and the KV cache, whatever the size of the model. An MoE layer moves only
+ * the experts some token routes to, packed together into chunks of up to
  * chunk_bytes (one GEMM per expert as its rows arrive).
  *
  * Agreement with the CPU f32 reference: not bit-exact (cuBLAS accumulates in
@@ -79,7 +80,8 @@ typedef struct gguf_cuda_fwd_xfer {
     uint64_t h2d_bytes;     /* quantized weight bytes copied to the GPU */
     uint64_t chunks;        /* chunks streamed (routed experts of a tensor are packed
                                together, up to chunk_bytes) */
-    double host_copy_seconds; /* host time gathering weights into pinned memory */
+    double host_copy_seconds; /* host time gathering weights into pinned memory (or
+                                 waiting for the copy threads to finish) */
     double host_wait_seconds; /* host time waiting for a free pinned buffer (the
                                  copy engine or the GPU is behind) */
     double host_issue_seconds; /* host time queueing dequant launches and GEMMs on
