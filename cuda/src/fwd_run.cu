@@ -3,11 +3,12 @@
  * same steps, capture points and weight order as libgguf/src/forward_run.c,
  * with activations and the KV cache in device memory.
  *
- * Weights stream through fwd_stream.h: the host gathers quantized rows into
- * one pinned buffer while the copy engine moves the other and the GPU
- * dequantizes and multiplies what arrived, so transfers overlap compute
- * across matmuls, tensors and layers alike. An MoE layer asks for the routed
- * experts of a tensor in one request, which packs them into few large chunks.
+ * Weights stream through fwd_stream.h: the copy engine reads quantized rows
+ * from the registered mapping (or from pinned buffers the host gathers them
+ * into) while the GPU dequantizes and multiplies what arrived, so transfers
+ * overlap compute across matmuls, tensors and layers alike. An MoE layer asks
+ * for the routed experts of a tensor in one request, which packs them into
+ * few large chunks.
  */
 #include "cuda_internal.h"
 
