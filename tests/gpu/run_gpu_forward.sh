@@ -31,12 +31,14 @@
 #   cmake --build build-gpufwd-run -j2 --target ref-forward gguf-gen test_gpu_forward \
 #         test_nccl_comm test_gpu_tp bench_cuda_forward shard-plan
 # GGUFKIT_SKIP="..." skips steps by name (test nccl tp integration cli sanitizer stream
-# model20b tpfaults); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model. The whole script takes about 10 minutes on one H200; under a 10-minute
-# limit per command run it twice, e.g.
-#   GGUFKIT_SKIP="stream model20b" tests/gpu/run_gpu_forward.sh
+# model20b tpfaults); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model;
+# GGUFKIT_STREAM_RUNS="THREADS:CHUNK_MIB:REGISTER ..." picks the stream step's runs;
+# GGUFKIT_TP=N the tpfaults step's tp (default: the GPUs of the host). On the 2-GPU
+# machine (2026-11-30) everything but stream/model20b/tpfaults took 90 s, stream and
+# model20b 76 s, tpfaults 70 s; under a 10-minute limit per command, e.g.
+#   GGUFKIT_SKIP="stream model20b tpfaults" tests/gpu/run_gpu_forward.sh
 #   GGUFKIT_SKIP="test nccl tp integration cli sanitizer" tests/gpu/run_gpu_forward.sh
-# On a machine with 2 GPUs, the tp and nccl steps run (they skip with one):
-#   GGUFKIT_SKIP="test integration cli sanitizer stream model20b" tests/gpu/run_gpu_forward.sh Scratch models go to
+# With one GPU the nccl, tp and tpfaults steps skip. Scratch models go to
 # $GGUFKIT_SCRATCH (default $OUT/scratch, removed at the end).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
