@@ -95,6 +95,11 @@ for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
         esac
     done
 done
+# the text table stays aligned with the longer names of virtual kv_b entries
+expect 0 "$SP" "$T/arch-deepseek2.gguf" --tp 2
+awk '/^TENSOR/ { col = index($0, " RULE ") }
+     /\(HF kv_b_proj\)/ { n++; if (index($0, " heads ") != col) bad = 1 }
+     END { exit !(col > 0 && n > 0 && !bad) }' "$T/out" && pass || fail "kv_b rows misaligned"
 # every injected plan is valid JSON and records its fault
 python3 - "$T" <<'PY' || fail "fault JSON"
 import glob, json, sys

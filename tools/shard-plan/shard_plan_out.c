@@ -7,6 +7,8 @@
 #include "gguf/types.h"
 #include "shard_plan_tool.h"
 
+#define VIRTUAL_NOTE " (HF kv_b_proj)"
+
 static const char *level_name(gguf_check_level l)
 {
     return l == GGUF_CHECK_ERROR ? "error" : l == GGUF_CHECK_WARN ? "warn" : "info";
@@ -84,7 +86,18 @@ void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a)
         fprintf(out, ", %" PRId64 " experts", hp->n_expert);
     fprintf(out, "\nplan: engine %s, tp %d, ep %d, moe_tp %d\n\n", gguf_engine_name(o->engine), tp,
             o->ep > 1 ? o->ep : 1, gguf_shard_plan_moe_tp(p));
-    fprintf(out, "%-36s %-10s %-6s %-20s %-20s %-30s %11s  %s\n", "TENSOR", "RULE", "TYPE",
+    /* the name column fits the longest name shown (virtual kv_b entries carry
+     * a note), so that the other columns stay aligned */
+    int nw = 36;
+    for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
+        const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
+        if (a->filter && !strstr(e->name, a->filter))
+            continue;
+        const int len = (int)strlen(e->name) + (e->is_virtual ? (int)strlen(VIRTUAL_NOTE) : 0);
+        if (len > nw && len < 160)
+            nw = len;
+    }
+    fprintf(out, "%-*s %-10s %-6s %-20s %-20s %-30s %11s  %s\n", nw, "TENSOR", "RULE", "TYPE",
             "SHAPE", "RANK 0", "SPLIT", "RANK 0 SIZE", "CUT");
     for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
         const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
@@ -94,11 +107,11 @@ void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a)
         shape_str(full, sizeof full, e->ne, dims_of(e));
         shape_str(r0, sizeof r0, e->ranks[0].ne, dims_of(e));
         split_str(sp, sizeof sp, p, e);
-        snprintf(nm, sizeof nm, "%s%s", e->name, e->is_virtual ? " (HF kv_b_proj)" : "");
+        snprintf(nm, sizeof nm, "%s%s", e->name, e->is_virtual ? VIRTUAL_NOTE : "");
         bool all_ok = true;
         for (int r = 0; r < tp; r++)
             all_ok = all_ok && e->ranks[r].quant_cut_ok;
-        fprintf(out, "%-36s %-10s %-6s %-20s %-20s %-30s %11s  %s%s%s\n", nm,
+        fprintf(out, "%-*s %-10s %-6s %-20s %-20s %-30s %11s  %s%s%s\n", nw, nm,
                 gguf_shard_rule_name(e->rule), gguf_type_name(e->type), full, r0, sp,
                 cli_human_bytes(e->ranks[0].bytes, hb, sizeof hb), all_ok ? "ok" : "dequant",
                 e->reduce_sum ? " all-reduce" : "", e->consumed ? "" : " UNCONSUMED");
