@@ -10,8 +10,9 @@
 #include <stdio.h>
 
 #include "gguf/error.h"
+#include "gguf/version.h"
 
-#define GGUFKIT_VERSION "0.1.0"
+#define GGUFKIT_VERSION GGUF_VERSION_STRING
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_DIFF = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_ENV = 3 };
 

@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "gguf/error.h"
+#include "gguf/version.h"
 #include "gguf/file.h"
 
 #ifdef __cplusplus
@@ -55,7 +56,7 @@ extern "C" {
 #define GGUF_RECORD_VERSION 1u
 #define GGUF_RECORD_MAX_NAME 63u   /* tensor name bytes, rank suffix included */
 #define GGUF_RECORD_MAX_RANKS 4096u
-#define GGUF_RECORD_LIB_VERSION "0.1.0" /* written as record.ggufkit_version */
+#define GGUF_RECORD_LIB_VERSION GGUF_VERSION_STRING /* written as record.ggufkit_version */
 
 /* Metadata keys of a record. */
 #define GGUF_RKEY_TYPE "general.type"

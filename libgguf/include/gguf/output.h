@@ -1,0 +1,91 @@
+/*
+ * gguf/output.h - files that appear whole or not at all.
+ *
+ * Every file ggufkit writes (merged models, records, reports, .npy arrays,
+ * manifests) goes through this: the bytes go to a temporary file beside the
+ * output with a unique, unpredictable name (".NAME.XXXXXX.tmp", created with
+ * O_EXCL), then commit fsyncs it, renames it into place and fsyncs the
+ * folder. Until commit the output path is untouched; an error, a full disk or
+ * gguf_output_free() before commit removes the temporary file and leaves
+ * nothing behind.
+ *
+ *     gguf_output *o;
+ *     if (gguf_output_create(&o, "report.json", NULL, &err)) ...
+ *     fprintf(gguf_output_stream(o), "{...}");      or gguf_output_write()
+ *     rc = gguf_output_commit(o, &err);
+ *     gguf_output_free(o);
+ */
+#ifndef GGUF_OUTPUT_H
+#define GGUF_OUTPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gguf/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gguf_output_opts {
+    bool overwrite; /* replace an existing file; default: GGUF_E_EXISTS at create
+                       when the path exists, and at commit when one appeared */
+    bool no_sync;   /* skip the fsyncs (scratch files nobody keeps) */
+} gguf_output_opts;
+
+typedef struct gguf_output gguf_output;
+
+/*
+ * Create the temporary file beside path (same folder, so that rename is
+ * atomic), mode 0666 minus the umask. opts may be NULL.
+ * @return 0; GGUF_E_INVALID (NULL or empty path); GGUF_E_EXISTS (path exists
+ *         and !overwrite); GGUF_E_IO / GGUF_E_NOSPACE (folder missing, not
+ *         writable, full); GGUF_E_NOMEM.
+ */
+int gguf_output_create(gguf_output **out, const char *path, const gguf_output_opts *opts,
+                       gguf_error *err);
+
+/* The temporary file's descriptor, for writers of their own (copy_file_range,
+ * pwrite); owned by the output. */
+int gguf_output_fd(const gguf_output *o);
+/* The path the output will have, and the temporary one it has now. */
+const char *gguf_output_path(const gguf_output *o);
+const char *gguf_output_temp_path(const gguf_output *o);
+
+/*
+ * A stdio stream on the temporary file, for text writers (fprintf). Made on
+ * first use and owned by the output; commit flushes it and reports any write
+ * error it met. Do not mix with gguf_output_write().
+ * @return the stream, or NULL when out of memory.
+ */
+FILE *gguf_output_stream(gguf_output *o);
+
+/* Write n bytes (all of them; EINTR and short writes are retried).
+ * @return 0; GGUF_E_IO / GGUF_E_NOSPACE naming the output. */
+int gguf_output_write(gguf_output *o, const void *data, size_t n, gguf_error *err);
+
+/*
+ * Flush, fsync, rename into place (refusing to replace a file unless
+ * overwrite), fsync the folder. Call once; free the output after.
+ * @return 0; GGUF_E_IO / GGUF_E_NOSPACE; GGUF_E_EXISTS (the path appeared
+ *         meanwhile and !overwrite). On failure the temporary file is removed.
+ */
+int gguf_output_commit(gguf_output *o, gguf_error *err);
+
+/* Free; before a successful commit, the temporary file is removed. NULL is fine. */
+void gguf_output_free(gguf_output *o);
+
+/* One call for a whole buffer: create, write, commit, free. */
+int gguf_output_write_file(const char *path, const void *data, size_t n,
+                           const gguf_output_opts *opts, gguf_error *err);
+
+/* fsync the folder that holds path (after a rename or unlink of its own);
+ * best effort, @return 0 or -1 with errno. */
+int gguf_fsync_parent(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GGUF_OUTPUT_H */
