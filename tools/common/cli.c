@@ -58,7 +58,8 @@ int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int 
     static const cli_spec *built;
     if (built != spec) {
         int n = 0, s = 0;
-        shortopts[s++] = '+';
+        /* No leading '+': getopt permutes, so options may come before or after
+         * the positional arguments (GNU order), and "--" ends options. */
         shortopts[s++] = ':';
         for (int pass = 0; pass < 2; pass++) {
             const cli_opt *o = pass ? common_opts : spec->opts;
