@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 extern "C" {
-#include "forward_internal.h"
+#include "forward_setup.h"
 #include "gguf/dequant.h"
 }
 #include "fwd_common.h"
@@ -46,7 +46,7 @@ typedef struct fc_cache {
 } fc_cache;
 
 struct gguf_cuda_fwd {
-    gguf_fwd_ctx *cpu; /* checks, RoPE set-up, routing: the CPU module's own */
+    fw_setup set; /* checks, RoPE set-up, routing: shared with the CPU (forward_setup.h) */
     const gguf_model *m;
     const gguf_hparams *hp;
     gguf_fwd_opts o;
@@ -241,26 +241,15 @@ static int fc_norm(gguf_cuda_fwd *c, float *y, const float *x, int64_t n_tok, in
 
 /* ------------------------------------------------------------ captures */
 
-static int fc_capture_host(gguf_cuda_fwd *c, int layer, const char *op, const float *f,
+static int fc_capture_host(gguf_cuda_fwd *c, int layer, gguf_capture_point p, const float *f,
                            int64_t width, int64_t n_tok, gguf_error *err)
 {
-    char name[64];
-    if (layer >= 0)
-        snprintf(name, sizeof name, "blk.%d.%s", layer, op);
-    else
-        snprintf(name, sizeof name, "%s", op);
-    gguf_fwd_capture cap = {name, layer, op, -1, f, {width, n_tok}, c->n_past};
-    int rc = c->o.capture(c->o.capture_user, &cap);
-    if (rc) {
-        if (rc > 0 || rc < GGUF_E_STATUS_MIN)
-            rc = GGUF_E_INTERRUPTED;
-        return gguf_fail(err, rc, GGUF_NO_OFFSET, "forward: capture %s stopped the run", name);
-    }
-    return 0;
+    return fw_emit(c->o.capture, c->o.capture_user, layer, p, -1, f, width, n_tok, c->n_past,
+                   err);
 }
 
 /* Copy device rows back and hand them to the capture callback. */
-static int fc_capture(gguf_cuda_fwd *c, int layer, const char *op, const float *dev,
+static int fc_capture(gguf_cuda_fwd *c, int layer, gguf_capture_point p, const float *dev,
                       int64_t width, int64_t n_tok, gguf_error *err)
 {
     if (!c->o.capture)
@@ -276,7 +265,7 @@ static int fc_capture(gguf_cuda_fwd *c, int layer, const char *op, const float *
         free(f);
         return gguf_cuda_fail(err, e, "capture copy");
     }
-    int rc = fc_capture_host(c, layer, op, f, width, n_tok, err);
+    int rc = fc_capture_host(c, layer, p, f, width, n_tok, err);
     free(f);
     return rc;
 }
@@ -289,7 +278,7 @@ static int attn_gqa(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, c
     const gguf_hparams *hp = c->hp;
     const int64_t nh = hp->n_head, nkv = hp->n_head_kv, dk = hp->n_embd_head_k,
                   dv = hp->n_embd_head_v, E = hp->n_embd;
-    const fw_rope *rp = &c->cpu->rope;
+    const fw_rope *rp = &c->set.rope;
     fc_cache *L = &c->lc[il];
     float *q = NULL, *o = NULL;
     double *scr = NULL;
@@ -321,7 +310,7 @@ static int attn_gqa(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, c
         fk_rope(q, n, nh, nh * dk, dk, cs, rp->n_rot / 2, halfp, c->ks);
         fk_rope(kc, n, nkv, c->k_w, dk, cs, rp->n_rot / 2, halfp, c->ks);
         fk_attn_args a = {o, nh * dv, q, nh * dk, dk, L->k, c->k_w, dk, L->v, c->v_w, dv,
-                          n, nh, nkv, dk, dv, c->n_past, c->cpu->kq_scale, scr};
+                          n, nh, nkv, dk, dv, c->n_past, c->set.kq_scale, scr};
         fk_attn(&a, c->ks);
         GC_TRY(err, cudaGetLastError());
         rc = fc_mm(c, out, 0, o, nh * dv, W(c, il, GGUF_ROLE_ATTN_OUT), 0, E, NULL, n, err);
@@ -353,7 +342,7 @@ static int attn_mla(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, c
     const int64_t nh = hp->n_head, nope = hp->qk_nope, rope = hp->qk_rope, dk = nope + rope,
                   dv = hp->v_head, R = hp->kv_lora_rank, E = hp->n_embd, KW = c->k_w;
     const int64_t nk_all = c->n_past + n;
-    const fw_rope *rp = &c->cpu->rope;
+    const fw_rope *rp = &c->set.rope;
     fc_cache *L = &c->lc[il];
     float *q = NULL, *qr = NULL, *o = NULL, *kb = NULL, *vb = NULL, *kv = NULL, *kx = NULL,
           *vx = NULL;
@@ -446,7 +435,7 @@ static int attn_mla(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, c
         goto done;
     {
         fk_attn_args a = {o, nh * dv, q, nh * dk, dk, kx, nh * dk, dk, vx, nh * dv, dv,
-                          n, nh, nh, dk, dv, c->n_past, c->cpu->kq_scale, scr};
+                          n, nh, nh, dk, dv, c->n_past, c->set.kq_scale, scr};
         fk_attn(&a, c->ks);
         GC_TRY(err, cudaGetLastError());
     }
@@ -565,12 +554,8 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
             goto done;
     }
     {
-        fw_moe_cfg cfg = {ne, nu, hp->gating == GGUF_GATING_SIGMOID ? GGUF_GATING_SIGMOID
-                                                                     : GGUF_GATING_SOFTMAX,
-                          hp->n_group, hp->topk_group, hp->norm_topk,
-                          hp->routed_scale > 0 ? hp->routed_scale : 1.0};
         for (int64_t t = 0; t < n; t++)
-            fw_moe_route(&cfg, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
+            fw_moe_route(&c->set.moe, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
                          GGUF_FWD_F32);
     }
     if (c->o.capture) {
@@ -578,8 +563,8 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
             cap[i] = (float)ids[i];
             cap[n * nu + i] = (float)wts[i];
         }
-        if ((rc = fc_capture_host(c, (int)il, "moe_experts", cap, nu, n, err)) ||
-            (rc = fc_capture_host(c, (int)il, "moe_weights", cap + n * nu, nu, n, err)))
+        if ((rc = fc_capture_host(c, (int)il, GGUF_CAP_MOE_EXPERTS, cap, nu, n, err)) ||
+            (rc = fc_capture_host(c, (int)il, GGUF_CAP_MOE_WEIGHTS, cap + n * nu, nu, n, err)))
             goto done;
     }
     /* token lists of every expert, expert by expert (the CPU's order) */
@@ -731,7 +716,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     gguf_cuda_fwd *c = (gguf_cuda_fwd *)calloc(1, sizeof *c);
     if (!c)
         return fw_nomem(err, "context");
-    int rc = gguf_fwd_ctx_create(&c->cpu, m, &fo, err);
+    int rc = fw_setup_init(&c->set, m, &fo, err);
     if (rc) {
         free(c);
         return rc;
@@ -740,8 +725,8 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     c->hp = gguf_model_hparams(m);
     c->o = fo;
     c->device = co.device;
-    c->k_w = c->cpu->k_w;
-    c->v_w = c->cpu->v_w;
+    c->k_w = c->set.k_w;
+    c->v_w = c->set.v_w;
     c->lc = (fc_cache *)calloc((size_t)(c->hp->n_layer > 0 ? c->hp->n_layer : 1), sizeof *c->lc);
     if (!c->lc) {
         gguf_cuda_fwd_free(c);
@@ -841,7 +826,7 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
         cudaStreamDestroy(c->ks);
     if (c->pool)
         cudaMemPoolDestroy(c->pool);
-    gguf_fwd_ctx_free(c->cpu);
+    fw_setup_free(&c->set);
     free(c);
 }
 
@@ -907,7 +892,7 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
     if ((rc = fc_alloc(c, &x, (size_t)(n * E) * sizeof(float), err)) ||
         (rc = fc_alloc(c, &cur, (size_t)(n * E) * sizeof(float), err)) ||
         (rc = fc_alloc(c, &y, (size_t)(n * E) * sizeof(float), err)) ||
-        (rc = fwd_rope_table(&c->cpu->rope, c->n_past, n, c->pool, c->ks, &cs, err)))
+        (rc = fwd_rope_table(&c->set.rope, c->n_past, n, c->pool, c->ks, &cs, err)))
         goto done;
     {
         const gguf_tensor *te = W(c, -1, GGUF_ROLE_TOKEN_EMBD);
@@ -931,20 +916,20 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
         for (int64_t il = 0; il < hp->n_layer_main; il++) {
             const int L = (int)il;
             if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, il, GGUF_ROLE_ATTN_NORM), err)) ||
-                (rc = fc_capture(c, L, "attn_norm", cur, E, n, err)))
+                (rc = fc_capture(c, L, GGUF_CAP_ATTN_NORM, cur, E, n, err)))
                 goto done;
             rc = hp->is_mla ? attn_mla(c, il, cur, n, cs, y, err)
                             : attn_gqa(c, il, cur, n, cs, y, err);
-            if (rc || (rc = fc_capture(c, L, "attn_out", y, E, n, err)))
+            if (rc || (rc = fc_capture(c, L, GGUF_CAP_ATTN_OUT, y, E, n, err)))
                 goto done;
             fk_add(x, y, n * E, c->ks);
-            if ((rc = fc_capture(c, L, "attn_residual", x, E, n, err)))
+            if ((rc = fc_capture(c, L, GGUF_CAP_ATTN_RESIDUAL, x, E, n, err)))
                 goto done;
             const gguf_tensor *fn = W(c, il, GGUF_ROLE_FFN_NORM);
             if (!fn)
                 fn = W(c, il, GGUF_ROLE_ATTN_POST_NORM);
             if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, fn, err)) ||
-                (rc = fc_capture(c, L, "ffn_norm", cur, E, n, err)))
+                (rc = fc_capture(c, L, GGUF_CAP_FFN_NORM, cur, E, n, err)))
                 goto done;
             if (gguf_model_layer_kind(c->m, il) == GGUF_LAYER_MOE) {
                 rc = ffn_moe(c, il, cur, n, y, err);
@@ -956,15 +941,15 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
                     !(rc = need(d, il, GGUF_ROLE_FFN_DOWN, err)))
                     rc = ffn_swiglu(c, g, u, d, 0, 0, g->ne[1], cur, n, y, err);
             }
-            if (rc || (rc = fc_capture(c, L, "ffn_out", y, E, n, err)))
+            if (rc || (rc = fc_capture(c, L, GGUF_CAP_FFN_OUT, y, E, n, err)))
                 goto done;
             fk_add(x, y, n * E, c->ks);
-            if ((rc = fc_capture(c, L, "residual", x, E, n, err)))
+            if ((rc = fc_capture(c, L, GGUF_CAP_RESIDUAL, x, E, n, err)))
                 goto done;
             fc_sample_mem(c);
         }
         if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, -1, GGUF_ROLE_OUTPUT_NORM), err)) ||
-            (rc = fc_capture(c, -1, "output_norm", cur, E, n, err)))
+            (rc = fc_capture(c, -1, GGUF_CAP_OUTPUT_NORM, cur, E, n, err)))
             goto done;
         if ((rc = fc_alloc(c, &lg, (size_t)(n * V) * sizeof(float), err)))
             goto done;
@@ -972,7 +957,7 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
         if (!wo)
             wo = te; /* tied embeddings */
         if ((rc = fc_mm(c, lg, 0, cur, E, wo, 0, V, NULL, n, err)) ||
-            (rc = fc_capture(c, -1, "logits", lg, V, n, err)))
+            (rc = fc_capture(c, -1, GGUF_CAP_LOGITS, lg, V, n, err)))
             goto done;
         fc_sample_mem(c);
         /* a copy to pageable memory waits for the stream: timed as the sync */

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 extern "C" {
-#include "forward_internal.h"
+#include "forward_setup.h"
 }
 #include "fwd_common.h"
 #include "fwd_cuda_internal.h"
@@ -30,7 +30,8 @@ typedef struct tc_cache {
 } tc_cache;
 
 struct gguf_cuda_tp {
-    gguf_fwd_ctx *cpu; /* checks, RoPE set-up (the plan's runtime overrides) */
+    fw_setup set;  /* checks, RoPE set-up: shared with the CPU (forward_setup.h) */
+    fw_runtime rt; /* the plan's engine runtime over the model's settings */
     const gguf_model *m;
     const gguf_hparams *hp;
     const gguf_shard_plan *plan;
@@ -192,7 +193,7 @@ static int tc_norm(gguf_cuda_tp *c, float *y, const float *x, int64_t n, int64_t
     return 0;
 }
 
-static int tc_capture(gguf_cuda_tp *c, int layer, const char *op, const float *dev,
+static int tc_capture(gguf_cuda_tp *c, int layer, gguf_capture_point p, const float *dev,
                       const float *host, int64_t width, int64_t n, gguf_error *err)
 {
     if (!c->o.capture)
@@ -212,20 +213,10 @@ static int tc_capture(gguf_cuda_tp *c, int layer, const char *op, const float *d
             return gguf_cuda_fail(err, ce, "capture copy");
         }
     }
-    char name[64];
-    if (layer >= 0)
-        snprintf(name, sizeof name, "blk.%d.%s", layer, op);
-    else
-        snprintf(name, sizeof name, "%s", op);
-    gguf_fwd_capture cap = {name, layer, op, c->r, f, {width, n}, c->n_past};
-    int rc = c->o.capture(c->o.capture_user, &cap);
+    int rc = fw_emit(c->o.capture, c->o.capture_user, layer, p, c->r, f, width, n, c->n_past,
+                     err);
     free(f);
-    if (rc) {
-        if (rc > 0 || rc < GGUF_E_STATUS_MIN)
-            rc = GGUF_E_INTERRUPTED;
-        return gguf_fail(err, rc, GGUF_NO_OFFSET, "forward: capture %s stopped the run", name);
-    }
-    return 0;
+    return rc;
 }
 
 static int tc_cache_reserve(gguf_cuda_tp *c, tc_cache *L, int64_t kw, int64_t vw, int64_t need,
@@ -572,7 +563,6 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
                       float *sh_part, bool *red_moe, bool *red_sh, bool *has_sh, gguf_error *err)
 {
     const gguf_hparams *hp = c->hp;
-    const gguf_shard_runtime *rt = gguf_shard_plan_runtime(c->plan);
     const int64_t E = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used;
     tw gi, bt, ge, ue, de;
     memset(&gi, 0, sizeof gi);
@@ -609,7 +599,7 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
     GC_TRY(err, cudaMemcpy(hlog, dlog, (size_t)(n * ne) * sizeof(float), cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < n * ne; i++)
         logits[i] = hlog[i];
-    if (bt.h && rt->use_exp_probs_b) {
+    if (bt.h && c->rt.use_exp_probs_b) {
         bias = (float *)calloc((size_t)ne + 1, sizeof(float));
         if (!bias) {
             rc = fw_nomem(err, "tp MoE");
@@ -618,20 +608,16 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
         memcpy(bias, bt.h, (size_t)(bt.n < ne ? bt.n : ne) * sizeof(float));
     }
     {
-        fw_moe_cfg cfg = {ne, nu, hp->gating == GGUF_GATING_SIGMOID ? GGUF_GATING_SIGMOID
-                                                                     : GGUF_GATING_SOFTMAX,
-                          hp->n_group, hp->topk_group, rt->norm_topk,
-                          rt->routed_scale > 0 ? rt->routed_scale : 1.0};
         for (int64_t t = 0; t < n; t++)
-            fw_moe_route(&cfg, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
+            fw_moe_route(&c->rt.moe, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
                          GGUF_FWD_F32);
     }
     for (int64_t i = 0; i < n * nu; i++) {
         capv[i] = (float)ids[i];
         capv[n * nu + i] = (float)wts[i];
     }
-    if ((rc = tc_capture(c, (int)il, "moe_experts", NULL, capv, nu, n, err)) ||
-        (rc = tc_capture(c, (int)il, "moe_weights", NULL, capv + n * nu, nu, n, err)))
+    if ((rc = tc_capture(c, (int)il, GGUF_CAP_MOE_EXPERTS, NULL, capv, nu, n, err)) ||
+        (rc = tc_capture(c, (int)il, GGUF_CAP_MOE_WEIGHTS, NULL, capv + n * nu, nu, n, err)))
         goto done;
     {
         /* the experts this rank owns, from its local slices; only those some
@@ -690,8 +676,8 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
         if ((rc = tc_ffn_dense(c, il, GGUF_ROLE_FFN_GATE_SHEXP, GGUF_ROLE_FFN_UP_SHEXP,
                                GGUF_ROLE_FFN_DOWN_SHEXP, x, n, sh_part, red_sh, err)))
             goto done;
-        if (rt->shared_scale != 1.0 && rt->shared_scale != 0.0)
-            fk_scale(sh_part, n * E, rt->shared_scale, c->s);
+        if (c->rt.shared_scale != 1.0 && c->rt.shared_scale != 0.0)
+            fk_scale(sh_part, n * E, c->rt.shared_scale, c->s);
     }
     GC_TRY(err, cudaGetLastError());
 done:
@@ -743,16 +729,14 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
                    gguf_error *err)
 {
     const gguf_hparams *hp = c->hp;
-    const gguf_shard_runtime *rt = gguf_shard_plan_runtime(c->plan);
     const int64_t E = hp->n_embd, V = hp->n_vocab;
     float *x = NULL, *cur = NULL, *part = NULL, *part2 = NULL, *lr = NULL, *lall = NULL;
     float *hl = NULL, *lg = NULL;
     double *cs = NULL;
     int rc;
     GC_TRY(err, cudaSetDevice(c->device));
-    fw_rope rope = c->cpu->rope;
-    rope.type = rt->rope_pairs;
-    const double scale = rt->attn_scale > 0 ? rt->attn_scale : c->cpu->kq_scale;
+    const fw_rope rope = c->rt.rope;
+    const double scale = c->rt.kq_scale;
     const int64_t half = rope.n_rot / 2;
     if ((rc = tc_alloc(&x, n * E, err)) || (rc = tc_alloc(&cur, n * E, err)) ||
         (rc = tc_alloc(&part, n * E, err)) || (rc = tc_alloc(&part2, n * E, err)) ||
@@ -792,7 +776,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
             goto done;
         rc = tc_norm(c, cur, x, n, E, E, &nw, err);
         tw_free(&nw);
-        if (rc || (rc = tc_capture(c, L, "attn_norm", cur, NULL, E, n, err)))
+        if (rc || (rc = tc_capture(c, L, GGUF_CAP_ATTN_NORM, cur, NULL, E, n, err)))
             goto done;
         GC_TRY(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
         rc = hp->is_mla ? tc_attn_mla(c, il, rope.type, scale, cs, half, cur, n, part, err)
@@ -801,10 +785,10 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
             goto done;
         const gguf_shard_tensor *eo = gguf_shard_plan_get(c->plan, il, GGUF_ROLE_ATTN_OUT);
         if ((rc = tc_allreduce(c, part, n * E, eo ? eo->reduce_sum : true, err)) ||
-            (rc = tc_capture(c, L, "attn_out", part, NULL, E, n, err)))
+            (rc = tc_capture(c, L, GGUF_CAP_ATTN_OUT, part, NULL, E, n, err)))
             goto done;
         fk_add(x, part, n * E, c->s);
-        if ((rc = tc_capture(c, L, "attn_residual", x, NULL, E, n, err)))
+        if ((rc = tc_capture(c, L, GGUF_CAP_ATTN_RESIDUAL, x, NULL, E, n, err)))
             goto done;
         if ((rc = tc_get(c, il, GGUF_ROLE_FFN_NORM, &nw, false, err)))
             goto done;
@@ -812,7 +796,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
             goto done;
         rc = tc_norm(c, cur, x, n, E, E, &nw, err);
         tw_free(&nw);
-        if (rc || (rc = tc_capture(c, L, "ffn_norm", cur, NULL, E, n, err)))
+        if (rc || (rc = tc_capture(c, L, GGUF_CAP_FFN_NORM, cur, NULL, E, n, err)))
             goto done;
         GC_TRY(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
         GC_TRY(err, cudaMemset(part2, 0, (size_t)(n * E) * sizeof(float)));
@@ -829,10 +813,10 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
                 goto done;
             fk_add(part, part2, n * E, c->s);
         }
-        if ((rc = tc_capture(c, L, "ffn_out", part, NULL, E, n, err)))
+        if ((rc = tc_capture(c, L, GGUF_CAP_FFN_OUT, part, NULL, E, n, err)))
             goto done;
         fk_add(x, part, n * E, c->s);
-        if ((rc = tc_capture(c, L, "residual", x, NULL, E, n, err)))
+        if ((rc = tc_capture(c, L, GGUF_CAP_RESIDUAL, x, NULL, E, n, err)))
             goto done;
     }
     /* final norm; vocab-parallel head, all-gathered (padded to the widest
@@ -843,7 +827,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
             goto done;
         rc = tc_norm(c, cur, x, n, E, E, &nw, err);
         tw_free(&nw);
-        if (rc || (rc = tc_capture(c, -1, "output_norm", cur, NULL, E, n, err)))
+        if (rc || (rc = tc_capture(c, -1, GGUF_CAP_OUTPUT_NORM, cur, NULL, E, n, err)))
             goto done;
         const gguf_role head = gguf_shard_plan_get(c->plan, -1, GGUF_ROLE_OUTPUT)
                                    ? GGUF_ROLE_OUTPUT
@@ -885,7 +869,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
                     lg[t * V + off + j] = hl[((int64_t)q * n + t) * rmax + j];
             off += rows;
         }
-        if ((rc = tc_capture(c, -1, "logits", NULL, lg, V, n, err)))
+        if ((rc = tc_capture(c, -1, GGUF_CAP_LOGITS, NULL, lg, V, n, err)))
             goto done;
         if (logits_out)
             memcpy(logits_out, lg, (size_t)(n * V) * sizeof(float));
@@ -942,11 +926,12 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
     gguf_cuda_tp *c = (gguf_cuda_tp *)calloc(1, sizeof *c);
     if (!c)
         return fw_nomem(err, "cuda tp");
-    int rc = gguf_fwd_ctx_create(&c->cpu, m, &fo, err);
+    int rc = fw_setup_init(&c->set, m, &fo, err);
     if (rc) {
         free(c);
         return rc;
     }
+    fw_runtime_init(&c->rt, &c->set, gguf_shard_plan_runtime(plan));
     c->m = m;
     c->hp = gguf_model_hparams(m);
     c->plan = plan;
@@ -1009,6 +994,6 @@ void gguf_cuda_tp_free(gguf_cuda_tp *c)
         cublasDestroy(c->blas);
     if (c->s)
         cudaStreamDestroy(c->s);
-    gguf_fwd_ctx_free(c->cpu);
+    fw_setup_free(&c->set);
     free(c);
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward_internal.h"
+#include "forward_ops.h"
 
 void fw_round(double *x, int64_t n, int prec)
 {

@@ -30,7 +30,8 @@
  * ([n_tokens][width]); weights are ggml matrices ne = [n_in, n_out] (row o of
  * n_in floats gives output o). Positions start at 0 and grow with every eval.
  *
- * Capture points (the names records use, see gguf/record.h), per block N:
+ * Capture points (gguf_capture_point; their names are what records use, see
+ * gguf/record.h), per block N:
  *   blk.N.attn_norm     attention input after its RMSNorm         [n_tok][n_embd]
  *   blk.N.attn_out      attention output after the out projection [n_tok][n_embd]
  *   blk.N.attn_residual residual stream after attention           [n_tok][n_embd]
@@ -41,6 +42,12 @@
  *   blk.N.residual      residual stream after the block           [n_tok][n_embd]
  *   output_norm         final RMSNorm output                      [n_tok][n_embd]
  *   logits              output projection                         [n_tok][n_vocab]
+ *
+ * Backends: a gguf_fwd_ctx is one interface over several executors. The CPU
+ * reference (gguf_fwd_ctx_create), its virtual tensor-parallel ranks
+ * (gguf_fwd_tp_create) and any other backend that implements
+ * gguf_fwd_backend (the GPU ones of ggufkit_cuda) are evaluated, captured and
+ * recorded the same way.
  * The library never prints and keeps no global state; contexts are not
  * thread-safe, distinct contexts are.
  */
@@ -62,6 +69,31 @@ extern "C" {
 
 /* ---- captures ---- */
 
+/* The capture points in the order a block reaches them. */
+typedef enum gguf_capture_point {
+    GGUF_CAP_ATTN_NORM = 0,
+    GGUF_CAP_ATTN_OUT,
+    GGUF_CAP_ATTN_RESIDUAL,
+    GGUF_CAP_FFN_NORM,
+    GGUF_CAP_MOE_EXPERTS,
+    GGUF_CAP_MOE_WEIGHTS,
+    GGUF_CAP_FFN_OUT,
+    GGUF_CAP_RESIDUAL,
+    GGUF_CAP_OUTPUT_NORM, /* after the last block */
+    GGUF_CAP_LOGITS,
+    GGUF_CAP_COUNT
+} gguf_capture_point;
+
+/* "attn_norm", ..., "logits" (the op part of a capture name); NULL out of range. */
+const char *gguf_capture_point_name(gguf_capture_point p);
+/* The point of an op name ("ffn_out"). @return 0, or GGUF_E_NOT_FOUND. */
+int gguf_capture_point_from_name(const char *op, gguf_capture_point *out);
+/* true for the points made once per block (named "blk.N.OP"). */
+bool gguf_capture_point_in_block(gguf_capture_point p);
+/* The full name of a capture: "blk.3.attn_out" (layer >= 0 for block points)
+ * or "logits". @return the length written (snprintf's). */
+int gguf_capture_name(char *buf, size_t size, int layer, gguf_capture_point p);
+
 typedef struct gguf_fwd_capture {
     const char *name;   /* "blk.3.attn_out", "logits" */
     int layer;          /* block index, -1 for output_norm and logits */
@@ -71,6 +103,7 @@ typedef struct gguf_fwd_capture {
                            float), borrowed for the call */
     int64_t ne[2];      /* ne[0] = width, ne[1] = tokens of this eval */
     int64_t pos0;       /* position of the first row */
+    gguf_capture_point point;
 } gguf_fwd_capture;
 
 /* Called at every capture point; a non-zero return stops the eval with that
@@ -146,6 +179,67 @@ int gguf_fwd_tp_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard
 /* Tokens evaluated so far. */
 int64_t gguf_fwd_ctx_n_past(const gguf_fwd_ctx *ctx);
 void gguf_fwd_ctx_stats(const gguf_fwd_ctx *ctx, gguf_fwd_stats *out);
+/* The model the context runs. */
+const gguf_model *gguf_fwd_ctx_model(const gguf_fwd_ctx *ctx);
+/* "cpu", "cpu-tp", "cuda", "cuda-tp": the backend's name (records carry it). */
+const char *gguf_fwd_ctx_backend(const gguf_fwd_ctx *ctx);
+
+/*
+ * Replace the capture callback (NULL: none) for the next evals, e.g. to
+ * record the prompt and not the decoded tokens.
+ * @return 0; GGUF_E_UNSUPPORTED when the backend cannot capture.
+ */
+int gguf_fwd_ctx_set_capture(gguf_fwd_ctx *ctx, gguf_fwd_capture_fn fn, void *user);
+
+/* ---- other backends behind the same context ---- */
+
+/*
+ * What a backend provides. eval and free are required; the others may be
+ * NULL (n_past then counts the tokens given to eval; stats are zero;
+ * set_capture is unsupported). impl is the backend's own state.
+ */
+typedef struct gguf_fwd_backend {
+    const char *name;
+    int (*eval)(void *impl, const int32_t *tokens, int64_t n, float *logits, gguf_error *err);
+    int64_t (*n_past)(const void *impl);
+    void (*stats)(const void *impl, gguf_fwd_stats *out);
+    int (*set_capture)(void *impl, gguf_fwd_capture_fn fn, void *user);
+    void (*free)(void *impl);
+} gguf_fwd_backend;
+
+/*
+ * A context over a backend: it checks the tokens (ids inside the model's
+ * vocabulary, n >= 1) and times the evals; the backend computes. On success
+ * the context owns impl (freed through be->free); on failure impl is freed.
+ * @return 0; GGUF_E_INVALID (NULL be, eval or free); GGUF_E_NOMEM.
+ */
+int gguf_fwd_ctx_wrap(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_backend *be,
+                      void *impl, gguf_error *err);
+/* The backend's state when ctx runs backend be, else NULL. */
+void *gguf_fwd_ctx_impl(const gguf_fwd_ctx *ctx, const gguf_fwd_backend *be);
+
+/* ---- runs ---- */
+
+/* A greedy continuation (gguf_fwd_generate). */
+typedef struct gguf_fwd_generation {
+    int32_t *ids;    /* the generated ids (EOS included when it came) */
+    int64_t n_ids;
+    float *logits;   /* with keep_logits: n_rows rows of n_vocab floats, one per
+                        evaluated position (prompt, then every generated token
+                        but the last) */
+    int64_t n_rows;
+} gguf_fwd_generation;
+
+/*
+ * Evaluate tokens, then decode greedily (argmax, first on ties) up to
+ * n_predict ids, stopping after `eos` (when eos >= 0). The context's capture
+ * callback sees the prompt eval and each decode step.
+ * @return 0; the codes of gguf_fwd_eval; GGUF_E_NOMEM. out is filled on
+ *         success and freed on failure.
+ */
+int gguf_fwd_generate(gguf_fwd_ctx *ctx, const int32_t *tokens, int64_t n, int64_t n_predict,
+                      int32_t eos, bool keep_logits, gguf_fwd_generation *out, gguf_error *err);
+void gguf_fwd_generation_free(gguf_fwd_generation *g);
 
 /* Index of the largest value of a row (the first one on ties). */
 int64_t gguf_fwd_argmax(const float *row, int64_t n);

@@ -378,6 +378,28 @@ int gguf_hf_to_gguf_name(gguf_arch arch, bool kv_b_split, const char *hf_name, c
  * for i < hd/2, j in {0,1}. Returns the HF row of a GGUF row (head_dim hd even).
  */
 int64_t gguf_llama_qk_row_to_hf(int64_t gguf_row, int64_t head_dim);
+
+/*
+ * MLA's kv_b_proj against GGUF's attn_k_b / attn_v_b, element for element.
+ * HF keeps one matrix; llama.cpp's converter stores its k part transposed and
+ * its v part as two tensors (and older converters kept one attn_kv_b):
+ *
+ *   kv_b [n_head*(nope+v_head)][kv_lora]  HF kv_b_proj.weight, GGUF attn_kv_b
+ *            row h*(nope+v_head) + j:  j < nope: head h's k row j
+ *                                      else:     head h's v row j - nope
+ *   k_b  [n_head][kv_lora][nope]          GGUF attn_k_b, ne [nope, kv_lora, n_head]:
+ *            k_b[h][r][j] = kv_b[h*(nope+v_head) + j][r]            (transposed)
+ *   v_b  [n_head][v_head][kv_lora]        GGUF attn_v_b, ne [kv_lora, v_head, n_head]:
+ *            v_b[h][d][r] = kv_b[h*(nope+v_head) + nope + d][r]
+ *
+ * split: kv_b -> k_b, v_b; join: k_b, v_b -> kv_b. Arrays do not overlap.
+ * The forward pass, the shard plans' virtual kv_b_proj and the checks against
+ * the original checkpoint all go through these two.
+ */
+void gguf_mla_kv_b_split(const float *kv_b, int64_t n_head, int64_t kv_lora, int64_t nope,
+                         int64_t v_head, float *k_b, float *v_b);
+void gguf_mla_kv_b_join(const float *k_b, const float *v_b, int64_t n_head, int64_t kv_lora,
+                        int64_t nope, int64_t v_head, float *kv_b);
 /* The inverse: the GGUF row holding an HF row. */
 int64_t gguf_llama_qk_row_from_hf(int64_t hf_row, int64_t head_dim);
 

@@ -1,8 +1,10 @@
-/* Internal interface of the forward module: the ops (forward_ops.c), the
- * model description (forward_model.c) and the layer loop (forward_run.c).
- * Not installed; unit tests include it to check each op by hand. */
-#ifndef GGUF_FORWARD_INTERNAL_H
-#define GGUF_FORWARD_INTERNAL_H
+/* The ops of the reference forward pass (forward_ops.c): plain functions on
+ * double activations with explicit arguments, shared by every CPU executor
+ * (forward_exec.c) and used by the GPU backend for what it computes on the
+ * host (RoPE tables, MoE routing). Not installed; unit tests check each op by
+ * hand (tests/unit/test_forward_ops.c). */
+#ifndef GGUF_FORWARD_OPS_H
+#define GGUF_FORWARD_OPS_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -102,51 +104,4 @@ int64_t fw_topk(const double *scores, const uint8_t *keep, int64_t n, int64_t k,
 typedef void (*fw_range_fn)(void *arg, int64_t begin, int64_t end);
 void fw_parallel(int n_threads, int64_t n, fw_range_fn fn, void *arg);
 
-/* ---- the forward context, shared by forward_run.c and forward_tp.c ---- */
-#include "gguf/dequant.h"
-#include "gguf/shard.h"
-
-typedef struct fw_layer_cache {
-    double *k;     /* [cap][k_w]: GQA keys, or MLA latent [kv_cmpr | k_pe] */
-    double *v;     /* [cap][v_w]: GQA values (NULL for MLA) */
-    double *idx_k; /* [cap][idx_head_dim]: glm-dsa indexer keys */
-} fw_layer_cache;
-
-struct gguf_fwd_ctx {
-    const gguf_model *m;
-    const gguf_hparams *hp;
-    gguf_fwd_opts o;
-    int prec;
-    int64_t n_past, cap;
-    int64_t k_w, v_w;
-    fw_layer_cache *lc;
-    fw_rope rope;       /* attention RoPE */
-    double kq_scale;
-    gguf_fwd_stats st;
-    uint64_t resident;  /* dequantized weight bytes alive now */
-    gguf_dequant_opts dq;
-    long page;
-    float *rope_ff;     /* rope_freqs.weight, dequantized once (NULL when absent) */
-    /* virtual tensor parallel (forward_tp.c): NULL for one rank */
-    const gguf_shard_plan *plan;
-    int tp;
-    struct fw_tp_state *tps;
-};
-
-
-void *fw_xcalloc(size_t n, size_t sz);
-int fw_nomem(gguf_error *err, const char *what);
-double fw_now(void);
-void fw_add_rows(double *x, const double *y, int64_t n, int prec);
-int fw_capture(gguf_fwd_ctx *c, int layer, const char *op, int rank, const double *data,
-               int64_t width, int64_t n_tok, gguf_error *err);
-int fw_dsa_indexer(gguf_fwd_ctx *c, int64_t il, double *idx_cache, const double *cur,
-                   const double *qr, int64_t n, uint8_t *keep, int64_t n_keys_max, gguf_error *err);
-int fw_mla_core(gguf_fwd_ctx *c, const double *cache, int64_t KW, int64_t R, int64_t nh,
-                int64_t nope, int64_t rope, int64_t dv, const double *q, const float *kb,
-                const float *vb, const uint8_t *keep, int64_t n, double *o, gguf_error *err);
-/* forward_tp.c */
-int fw_tp_eval(gguf_fwd_ctx *c, const int32_t *tokens, int64_t n, float *logits, gguf_error *err);
-void fw_tp_free(gguf_fwd_ctx *c);
-
-#endif
+#endif /* GGUF_FORWARD_OPS_H */
