@@ -43,8 +43,17 @@ for arch in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
     close "$T/$arch-full.npy" "$T/$arch-inc.npy" 1e-5 && pass || fail "$arch: KV cache"
 done
 
-# MLA: absorbed == plain; legacy attn_kv_b == split k_b/v_b (same weights)
+# MLA: absorbed == plain; legacy attn_kv_b == split k_b/v_b (same weights: the
+# split file is made from the legacy one by numpy, tests/integration/mla_split.py,
+# so the two runs must agree bit for bit)
 for arch in deepseek2 glm-dsa; do
+    gen --arch "$arch" --type F32 --legacy-kv-b "$T/$arch-l32.gguf"
+    python3 "$(dirname "$0")/mla_split.py" "$T/$arch-l32.gguf" "$T/$arch-s32.gguf" \
+        && pass || fail "$arch: mla_split.py"
+    expect 0 "$R" "$T/$arch-l32.gguf" --tokens $TOK --logits "$T/$arch-l32.npy" -q
+    expect 0 "$R" "$T/$arch-s32.gguf" --tokens $TOK --logits "$T/$arch-s32.npy" -q
+    cmp -s "$T/$arch-l32.npy" "$T/$arch-s32.npy" && pass \
+        || fail "$arch: legacy attn_kv_b and split attn_k_b/attn_v_b of the same weights differ"
     expect 0 "$R" "$T/$arch.gguf" --tokens $TOK --mla absorbed --logits "$T/$arch-abs.npy" -q
     close "$T/$arch-f32.npy" "$T/$arch-abs.npy" 1e-5 && pass || fail "$arch: absorbed vs plain"
     gen --arch "$arch" --type Q8_0 --legacy-kv-b "$T/$arch-legacy.gguf"
