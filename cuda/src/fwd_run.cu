@@ -1003,6 +1003,54 @@ int gguf_cuda_fwd_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float
     return rc;
 }
 
+/* ------------------------------------------------------------ gguf_fwd_ctx */
+
+static int fc_be_eval(void *impl, const int32_t *tokens, int64_t n, float *logits,
+                      gguf_error *err)
+{
+    return gguf_cuda_fwd_eval((gguf_cuda_fwd *)impl, tokens, n, logits, err);
+}
+
+static int64_t fc_be_n_past(const void *impl)
+{
+    return gguf_cuda_fwd_n_past((const gguf_cuda_fwd *)impl);
+}
+
+static void fc_be_stats(const void *impl, gguf_fwd_stats *out)
+{
+    gguf_cuda_fwd_stats((const gguf_cuda_fwd *)impl, out, NULL);
+}
+
+static int fc_be_set_capture(void *impl, gguf_fwd_capture_fn fn, void *user)
+{
+    gguf_cuda_fwd *c = (gguf_cuda_fwd *)impl;
+    c->o.capture = fn;
+    c->o.capture_user = user;
+    return 0;
+}
+
+static void fc_be_free(void *impl)
+{
+    gguf_cuda_fwd_free((gguf_cuda_fwd *)impl);
+}
+
+static const gguf_fwd_backend fc_backend = {"cuda", fc_be_eval, fc_be_n_past, fc_be_stats,
+                                            fc_be_set_capture, fc_be_free};
+
+int gguf_cuda_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_opts *opts,
+                             const gguf_cuda_fwd_opts *copts, gguf_error *err)
+{
+    *out = NULL;
+    gguf_cuda_fwd *c = NULL;
+    int rc = gguf_cuda_fwd_create(&c, m, opts, copts, err);
+    return rc ? rc : gguf_fwd_ctx_wrap(out, m, &fc_backend, c, err);
+}
+
+gguf_cuda_fwd *gguf_cuda_fwd_of(const gguf_fwd_ctx *ctx)
+{
+    return (gguf_cuda_fwd *)gguf_fwd_ctx_impl(ctx, &fc_backend);
+}
+
 /* ------------------------------------------------------------ bandwidth */
 
 int gguf_cuda_h2d_bandwidth(double *bytes_per_s, size_t bytes, int reps, gguf_error *err)

@@ -997,3 +997,41 @@ void gguf_cuda_tp_free(gguf_cuda_tp *c)
     fw_setup_free(&c->set);
     free(c);
 }
+
+/* ---- gguf_fwd_ctx ---- */
+
+static int tc_be_eval(void *impl, const int32_t *tokens, int64_t n, float *logits,
+                      gguf_error *err)
+{
+    return gguf_cuda_tp_eval((gguf_cuda_tp *)impl, tokens, n, logits, err);
+}
+
+static int64_t tc_be_n_past(const void *impl)
+{
+    return ((const gguf_cuda_tp *)impl)->n_past;
+}
+
+static int tc_be_set_capture(void *impl, gguf_fwd_capture_fn fn, void *user)
+{
+    gguf_cuda_tp *c = (gguf_cuda_tp *)impl;
+    c->o.capture = fn;
+    c->o.capture_user = user;
+    return 0;
+}
+
+static void tc_be_free(void *impl)
+{
+    gguf_cuda_tp_free((gguf_cuda_tp *)impl);
+}
+
+static const gguf_fwd_backend tc_backend = {"cuda-nccl", tc_be_eval, tc_be_n_past, NULL,
+                                            tc_be_set_capture, tc_be_free};
+
+int gguf_cuda_tp_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard_plan *plan,
+                            gguf_nccl_comm *comm, const gguf_fwd_opts *opts, gguf_error *err)
+{
+    *out = NULL;
+    gguf_cuda_tp *c = NULL;
+    int rc = gguf_cuda_tp_create(&c, m, plan, comm, opts, err);
+    return rc ? rc : gguf_fwd_ctx_wrap(out, m, &tc_backend, c, err);
+}

@@ -259,28 +259,72 @@ void cli_progress_end(cli_progress *p)
         fprintf(stderr, "\r\033[K");
 }
 
+/* Length of a valid UTF-8 sequence at p (n bytes left), or 0 if invalid. */
+static int utf8_seq(const unsigned char *p, uint64_t n)
+{
+    unsigned char c = p[0];
+    int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+    if (!len || n < (uint64_t)len)
+        return 0;
+    for (int k = 1; k < len; k++)
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+    if (len == 3) {
+        unsigned cp = ((c & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
+        if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+    } else if (len == 4) {
+        unsigned cp = ((c & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) |
+                      (p[3] & 0x3Fu);
+        if (cp < 0x10000 || cp > 0x10FFFF)
+            return 0;
+    }
+    return len;
+}
+
+/*
+ * JSON strings are UTF-8; invalid sequences (a token can end inside a character)
+ * become U+FFFD so the output stays valid JSON. Runs of bytes that need no escape
+ * go out in one fwrite: vocabularies have 150k strings.
+ */
 void cli_json_str(FILE *out, const char *s, size_t n)
 {
     if (n == SIZE_MAX)
         n = strlen(s);
-    fputc('"', out);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
+    const unsigned char *p = (const unsigned char *)s;
+    putc_unlocked('"', out);
+    uint64_t i = 0, run = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            i++;
+            continue;
+        }
+        int len = c >= 0x80 ? utf8_seq(p + i, n - i) : 0;
+        if (len) {
+            i += (uint64_t)len;
+            continue;
+        }
+        fwrite_unlocked(p + run, 1, i - run, out);
         switch (c) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\r': fputs("\\r", out); break;
-        case '\t': fputs("\\t", out); break;
+        case '"': fputs_unlocked("\\\"", out); break;
+        case '\\': fputs_unlocked("\\\\", out); break;
+        case '\n': fputs_unlocked("\\n", out); break;
+        case '\r': fputs_unlocked("\\r", out); break;
+        case '\t': fputs_unlocked("\\t", out); break;
         default:
-            if (c < 0x20)
+            if (c < 0x80)
                 fprintf(out, "\\u%04x", c);
             else
-                fputc(c, out);
+                fputs_unlocked("\\ufffd", out);
         }
+        i++;
+        run = i;
     }
-    fputc('"', out);
+    fwrite_unlocked(p + run, 1, i - run, out);
+    putc_unlocked('"', out);
 }
+
 
 void cli_json_num(FILE *out, double v)
 {
@@ -293,3 +337,41 @@ void cli_json_num(FILE *out, double v)
     else
         fprintf(out, "%.17g", v);
 }
+
+int cli_parse_ids(const char *s, int32_t **out, int64_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    int64_t cap = 16;
+    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
+    if (!ids || !s || !*s)
+        goto bad;
+    for (const char *p = s;;) {
+        char *end;
+        errno = 0;
+        const long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',') || *p == '-' ||
+            *p == '+' || *p == ' ')
+            goto bad;
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *t = realloc(ids, (size_t)cap * sizeof(int32_t));
+            if (!t)
+                goto bad;
+            ids = t;
+        }
+        ids[(*n)++] = (int32_t)v;
+        if (!*end)
+            break;
+        p = end + 1;
+        if (!*p)
+            goto bad; /* a trailing comma */
+    }
+    *out = ids;
+    return 0;
+bad:
+    free(ids);
+    *n = 0;
+    return -1;
+}
+

@@ -54,6 +54,9 @@ int cli_exit_code(int status);
 /* Sizes: "1.5G", "300M", "4096", K/M/G/T powers of 1024 (decimals allowed). */
 int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_u64(const char *s, uint64_t *out);
+/* Token ids as users write them: "1,17,42" (non-negative, no spaces). *out is
+ * malloc'd. @return 0, or -1 (nothing allocated) for anything else. */
+int cli_parse_ids(const char *s, int32_t **out, int64_t *n);
 /* Human size into buf, e.g. "1.50 GiB". */
 const char *cli_human_bytes(uint64_t n, char *buf, size_t size);
 
@@ -69,7 +72,8 @@ void cli_progress_update(cli_progress *p, uint64_t done);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
 
-/* JSON helpers: a quoted, escaped string (n bytes, or strlen when n == SIZE_MAX). */
+/* JSON helpers: a quoted, escaped string (n bytes, or strlen when n == SIZE_MAX);
+ * bytes that are not UTF-8 become U+FFFD. */
 void cli_json_str(FILE *out, const char *s, size_t n);
 /* A double as JSON: finite as %.9g (or %.17g when precise), NaN/Inf as null. */
 void cli_json_num(FILE *out, double v);

@@ -1,7 +1,6 @@
-/* ref-forward: the CPU and CUDA forward contexts behind one handle. */
+/* ref-forward: the CPU and CUDA forward contexts (refwd_backend.h). */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "refwd_backend.h"
@@ -10,14 +9,6 @@
 #include "ggufkit_cuda/cuda_device.h"
 #include "ggufkit_cuda/forward_cuda.h"
 #endif
-
-struct refwd_ctx {
-    refwd_backend b;
-    gguf_fwd_ctx *cpu;
-#if defined(GGUFKIT_HAVE_CUDA)
-    gguf_cuda_fwd *gpu;
-#endif
-};
 
 int refwd_backend_parse(const char *s, refwd_backend *out)
 {
@@ -54,10 +45,10 @@ int refwd_backend_probe(refwd_backend b, gguf_error *err)
     if (rc && gguf_cuda_no_device(err)) {
         char why[400];
         snprintf(why, sizeof why, "%.399s", err->message);
-        snprintf(err->message, sizeof err->message,
-                 "--backend cuda: no usable GPU on this machine (%s); run without --backend "
-                 "cuda for the CPU reference",
-                 why);
+        gguf_error_setf(err, rc, err->sys_errno,
+                        "--backend cuda: no usable GPU on this machine (%s); run without "
+                        "--backend cuda for the CPU reference",
+                        why);
     }
     return rc;
 #else
@@ -65,103 +56,42 @@ int refwd_backend_probe(refwd_backend b, gguf_error *err)
 #endif
 }
 
-int refwd_ctx_create(refwd_ctx **out, refwd_backend b, const gguf_model *m,
+int refwd_ctx_create(gguf_fwd_ctx **out, refwd_backend b, const gguf_model *m,
                      const gguf_fwd_opts *fo, int host_register, gguf_error *err)
 {
     *out = NULL;
-    refwd_ctx *c = calloc(1, sizeof *c);
-    if (!c) {
-        err->code = GGUF_E_NOMEM;
-        snprintf(err->message, sizeof err->message, "out of memory");
-        return GGUF_E_NOMEM;
-    }
-    c->b = b;
-    int rc;
-    if (b == REFWD_CPU) {
-        (void)host_register;
-        rc = gguf_fwd_ctx_create(&c->cpu, m, fo, err);
-    } else {
+    if (b == REFWD_CPU)
+        return gguf_fwd_ctx_create(out, m, fo, err);
 #if defined(GGUFKIT_HAVE_CUDA)
-        gguf_cuda_fwd_opts co = {0};
-        co.host_register = host_register;
-        rc = gguf_cuda_fwd_create(&c->gpu, m, fo, &co, err);
+    gguf_cuda_fwd_opts co = {0};
+    co.host_register = host_register;
+    return gguf_cuda_fwd_ctx_create(out, m, fo, &co, err);
 #else
-        rc = no_cuda(err);
+    (void)host_register;
+    return no_cuda(err);
 #endif
-    }
-    if (rc) {
-        free(c);
-        return rc;
-    }
-    *out = c;
-    return 0;
 }
 
-int refwd_ctx_eval(refwd_ctx *c, const int32_t *tokens, int64_t n, float *logits,
-                   gguf_error *err)
+void refwd_print_xfer(const gguf_fwd_ctx *ctx, FILE *out)
 {
 #if defined(GGUFKIT_HAVE_CUDA)
-    if (c->gpu)
-        return gguf_cuda_fwd_eval(c->gpu, tokens, n, logits, err);
-#endif
-    return gguf_fwd_eval(c->cpu, tokens, n, logits, err);
-}
-
-int64_t refwd_ctx_n_past(const refwd_ctx *c)
-{
-    if (!c)
-        return 0;
-#if defined(GGUFKIT_HAVE_CUDA)
-    if (c->gpu)
-        return gguf_cuda_fwd_n_past(c->gpu);
-#endif
-    return gguf_fwd_ctx_n_past(c->cpu);
-}
-
-void refwd_ctx_stats(const refwd_ctx *c, gguf_fwd_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    if (!c)
+    const gguf_cuda_fwd *gpu = gguf_cuda_fwd_of(ctx);
+    if (!gpu)
         return;
-#if defined(GGUFKIT_HAVE_CUDA)
-    if (c->gpu) {
-        gguf_cuda_fwd_stats(c->gpu, out, NULL);
-        return;
-    }
-#endif
-    gguf_fwd_ctx_stats(c->cpu, out);
-}
-
-void refwd_ctx_print_xfer(const refwd_ctx *c, FILE *out)
-{
-#if defined(GGUFKIT_HAVE_CUDA)
-    if (c && c->gpu) {
-        gguf_fwd_stats st;
-        gguf_cuda_fwd_xfer xf;
-        gguf_cuda_fwd_stats(c->gpu, &st, &xf);
-        fprintf(out,
-                "gpu: %.2f GB of quantized weights to the GPU in %llu chunks, %.2f GB/s over the "
-                "eval; %.2f GB read in place from the registered mapping (%.0f MiB registered "
-                "in %.2f s), the rest gathered by the host (%.2f s); %.0f MiB of device memory "
-                "held\n",
-                (double)xf.h2d_bytes / 1e9, (unsigned long long)xf.chunks,
-                xf.stream_seconds > 0 ? (double)xf.h2d_bytes / xf.stream_seconds / 1e9 : 0.0,
-                (double)xf.direct_bytes / 1e9, (double)xf.registered_bytes / 1048576.0,
-                xf.register_seconds, xf.host_copy_seconds, (double)xf.device_bytes / 1048576.0);
-    }
+    gguf_fwd_stats st;
+    gguf_cuda_fwd_xfer xf;
+    gguf_cuda_fwd_stats(gpu, &st, &xf);
+    fprintf(out,
+            "gpu: %.2f GB of quantized weights to the GPU in %llu chunks, %.2f GB/s over the "
+            "eval; %.2f GB read in place from the registered mapping (%.0f MiB registered "
+            "in %.2f s), the rest gathered by the host (%.2f s); %.0f MiB of device memory "
+            "held\n",
+            (double)xf.h2d_bytes / 1e9, (unsigned long long)xf.chunks,
+            xf.stream_seconds > 0 ? (double)xf.h2d_bytes / xf.stream_seconds / 1e9 : 0.0,
+            (double)xf.direct_bytes / 1e9, (double)xf.registered_bytes / 1048576.0,
+            xf.register_seconds, xf.host_copy_seconds, (double)xf.device_bytes / 1048576.0);
 #else
-    (void)c;
+    (void)ctx;
     (void)out;
 #endif
-}
-
-void refwd_ctx_free(refwd_ctx *c)
-{
-    if (!c)
-        return;
-#if defined(GGUFKIT_HAVE_CUDA)
-    gguf_cuda_fwd_free(c->gpu);
-#endif
-    gguf_fwd_ctx_free(c->cpu);
-    free(c);
 }

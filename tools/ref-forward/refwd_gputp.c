@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "gguf/hash.h"
 #include "gguf/record.h"
+#include "gguf/run.h"
 #include "ref_forward.h"
 #include "refwd_compare.h"
 #include "refwd_gputp.h"
@@ -39,50 +40,9 @@ static double now_s(void)
 /* The plan of the run, fault included, the same in every process. */
 static int make_plan(const refwd_gpu_tp_args *a, gguf_shard_plan **plan, gguf_error *err)
 {
-    gguf_shard_opts so = {0};
-    so.tp = a->tp;
-    so.ep = a->ep;
-    so.engine = a->engine;
+    gguf_shard_opts so = {.tp = a->tp, .ep = a->ep, .engine = a->engine};
     int rc = gguf_shard_plan_build(plan, a->m, &so, err);
-    if (rc || !a->inject)
-        return rc;
-    char name[96];
-    snprintf(name, sizeof name, "%s", a->inject);
-    int64_t layer = -1;
-    char *at = strchr(name, '@');
-    if (at) {
-        *at = 0;
-        char *end;
-        layer = strtoll(at + 1, &end, 10);
-        if (end == at + 1 || *end || layer < 0) {
-            snprintf(err->message, sizeof err->message, "--inject: '%s' is not FAULT or FAULT@LAYER",
-                     a->inject);
-            return err->code = GGUF_E_INVALID;
-        }
-    }
-    gguf_fault f;
-    if (gguf_fault_from_name(name, &f) || f == GGUF_FAULT_NONE) {
-        snprintf(err->message, sizeof err->message,
-                 "--inject: unknown fault '%s' (docs/faults.md lists them)", name);
-        return err->code = GGUF_E_INVALID;
-    }
-    return gguf_shard_apply_fault(*plan, f, layer, err);
-}
-
-typedef struct sink {
-    gguf_record_writer *w;
-    bool done;
-} sink;
-
-static int on_capture(void *user, const gguf_fwd_capture *cap)
-{
-    sink *s = user;
-    if (s->done)
-        return 0;
-    int64_t ne[2] = {cap->ne[0], cap->ne[1]};
-    gguf_error e;
-    return gguf_record_add(s->w, cap->name, cap->rank < 0 ? 0u : (uint32_t)cap->rank, 2, ne,
-                           cap->data, &e);
+    return rc || !a->inject ? rc : gguf_shard_apply_fault_spec(*plan, a->inject, err);
 }
 
 static void base_meta(const refwd_gpu_tp_args *a, gguf_record_meta *rm, const char *digest)
@@ -98,56 +58,38 @@ static void base_meta(const refwd_gpu_tp_args *a, gguf_record_meta *rm, const ch
     rm->fault = "";
 }
 
-/* One rank (a process started by the launcher, or by mpirun). */
+/* One rank (a process started by the launcher, or by mpirun): its captures
+ * into a scratch record that the launcher merges. */
 static int run_rank(const refwd_gpu_tp_args *a, int rank, int world, const char *rdv,
                     const char *out)
 {
     gguf_error err = {0};
     gguf_shard_plan *plan = NULL;
     gguf_nccl_comm *comm = NULL;
-    gguf_cuda_tp *ctx = NULL;
-    sink s = {0};
+    gguf_fwd_ctx *ctx = NULL;
     int n_dev = 0;
     int rc = gguf_cuda_device_count(&n_dev, &err);
     const char *dev_env = getenv("GGUFKIT_DEVICE");
     const int device = dev_env ? atoi(dev_env) : (n_dev > 0 ? rank % n_dev : 0);
-    if (!rc && world != a->tp) {
-        rc = GGUF_E_INVALID;
-        snprintf(err.message, sizeof err.message, "rank %d: world size %d, but --tp %d", rank,
-                 world, a->tp);
-    }
+    if (!rc && world != a->tp)
+        rc = gguf_error_setf(&err, GGUF_E_INVALID, 0, "world size %d, but --tp %d", world, a->tp);
     if (!rc)
         rc = make_plan(a, &plan, &err);
     if (!rc)
         rc = gguf_nccl_comm_create(&comm, rank, world, device, rdv, tp_timeout(), &err);
-    gguf_record_meta rm;
-    base_meta(a, &rm, "");
-    rm.backend = "cuda-nccl";
-    rm.tp = (uint32_t)a->tp;
-    rm.ranks = (uint32_t)a->tp;
-    gguf_record_opts ro = {0};
-    ro.overwrite = true;
-    ro.no_sync = true;
     if (!rc)
-        rc = gguf_record_writer_create(&s.w, out, &rm, &ro, &err);
-    gguf_fwd_opts fo = a->fo;
-    fo.capture = on_capture;
-    fo.capture_user = &s;
+        rc = gguf_cuda_tp_ctx_create(&ctx, a->m, plan, comm, &a->fo, &err);
+    gguf_run_record_opts ro = {.no_sync = true, .plan = plan, .model_digest = ""};
     if (!rc)
-        rc = gguf_cuda_tp_create(&ctx, a->m, plan, comm, &fo, &err);
-    if (!rc)
-        rc = gguf_cuda_tp_eval(ctx, a->tokens, a->n_tokens, NULL, &err);
-    if (!rc)
-        rc = gguf_record_writer_finish(s.w, &err);
+        rc = gguf_run_record(ctx, a->set, a->tokens, a->n_tokens, out, &ro, &err);
     if (rc) {
         char msg[900];
         snprintf(msg, sizeof msg, "rank %d: %s", rank, err.message);
-        snprintf(err.message, sizeof err.message, "%.760s", msg);
+        gguf_error_setf(&err, rc, err.sys_errno, "%.760s", msg);
         cli_error(REF_FORWARD_TOOL, &err);
     }
-    gguf_cuda_tp_free(ctx);
+    gguf_fwd_ctx_free(ctx);
     gguf_nccl_comm_free(comm);
-    gguf_record_writer_free(s.w);
     gguf_shard_plan_free(plan);
     return rc ? cli_exit_code(rc) : CLI_EXIT_OK;
 }
@@ -156,26 +98,12 @@ static int run_rank(const refwd_gpu_tp_args *a, int rank, int world, const char 
 static int run_reference(const refwd_gpu_tp_args *a, const char *path, const char *digest,
                          gguf_error *err)
 {
-    gguf_record_meta rm;
-    base_meta(a, &rm, digest);
-    rm.backend = "cuda";
-    gguf_record_opts ro = {0};
-    ro.overwrite = true;
-    ro.no_sync = true;
-    sink s = {0};
-    int rc = gguf_record_writer_create(&s.w, path, &rm, &ro, err);
-    gguf_fwd_opts fo = a->fo;
-    fo.capture = on_capture;
-    fo.capture_user = &s;
-    gguf_cuda_fwd *ctx = NULL;
+    gguf_fwd_ctx *ctx = NULL;
+    int rc = gguf_cuda_fwd_ctx_create(&ctx, a->m, &a->fo, NULL, err);
+    gguf_run_record_opts ro = {.no_sync = true, .model_digest = digest};
     if (!rc)
-        rc = gguf_cuda_fwd_create(&ctx, a->m, &fo, NULL, err);
-    if (!rc)
-        rc = gguf_cuda_fwd_eval(ctx, a->tokens, a->n_tokens, NULL, err);
-    if (!rc)
-        rc = gguf_record_writer_finish(s.w, err);
-    gguf_cuda_fwd_free(ctx);
-    gguf_record_writer_free(s.w);
+        rc = gguf_run_record(ctx, a->set, a->tokens, a->n_tokens, path, &ro, err);
+    gguf_fwd_ctx_free(ctx);
     return rc;
 }
 

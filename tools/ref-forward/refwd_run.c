@@ -1,19 +1,18 @@
-/* ref-forward run: the reference forward pass of a GGUF model on the CPU,
- * greedy decoding, logits as .npy, activation records. */
+/* ref-forward run: the options, and what to print. The work is the
+ * library's: gguf_fwd_generate (gguf/forward.h), the recorder (gguf/run.h),
+ * shard plans and faults (gguf/shard.h), .npy (gguf/npy.h); comparing and
+ * reporting records is refwd_compare.c's, GPU ranks refwd_gputp.c's. */
 #include <errno.h>
-#include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "gguf/forward.h"
-#include "gguf/hash.h"
 #include "gguf/model.h"
-#include "gguf/record.h"
+#include "gguf/npy.h"
+#include "gguf/run.h"
 #include "gguf/shard.h"
 #include "gguf/tokenize.h"
 #include "refwd_backend.h"
@@ -117,158 +116,25 @@ typedef struct run_opts {
     int host_register; /* 0 auto, 1 on, -1 off; 2: not given */
 } run_opts;
 
-static int parse_tokens(const char *s, run_opts *o)
+static int report(int rc, const gguf_error *err)
 {
-    int64_t cap = 16;
-    o->tokens = malloc((size_t)cap * sizeof(int32_t));
-    if (!o->tokens)
-        return -1;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ','))
-            return -1;
-        if (o->n_tokens == cap) {
-            cap *= 2;
-            int32_t *t = realloc(o->tokens, (size_t)cap * sizeof(int32_t));
-            if (!t)
-                return -1;
-            o->tokens = t;
-        }
-        o->tokens[o->n_tokens++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-        if (*end == ',' && !*p)
-            return -1;
-    }
-    return o->n_tokens > 0 ? 0 : -1;
-}
-
-/* ---- .npy writer (temp file, fsync, rename) ---- */
-
-static int write_npy(const char *path, const float *data, int64_t rows, int64_t cols,
-                     gguf_error *err)
-{
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        snprintf(err->message, sizeof err->message, "%s: path too long", path);
-        err->code = GGUF_E_INVALID;
-        return err->code;
-    }
-    char hdr[128];
-    int n = snprintf(hdr, sizeof hdr,
-                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
-                     (long long)rows, (long long)cols);
-    int total = 10 + n + 1;
-    int pad = (64 - total % 64) % 64;
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        goto io;
-    unsigned hlen = (unsigned)(n + pad + 1);
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xFF),
-                             (unsigned char)(hlen >> 8)};
-    fwrite(pre, 1, 10, f);
-    fwrite(hdr, 1, (size_t)n, f);
-    for (int i = 0; i < pad; i++)
-        fputc(' ', f);
-    fputc('\n', f);
-    fwrite(data, sizeof(float), (size_t)(rows * cols), f);
-    if (fflush(f) || ferror(f) || fsync(fileno(f))) {
-        fclose(f);
-        unlink(tmp);
-        goto io;
-    }
-    if (fclose(f) || rename(tmp, path)) {
-        unlink(tmp);
-        goto io;
-    }
-    return 0;
-io:
-    err->code = errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO;
-    snprintf(err->message, sizeof err->message, "%s: %s", path, strerror(errno));
-    err->offset = GGUF_NO_OFFSET;
-    return err->code;
-}
-
-/* ---- record sink ---- */
-
-typedef struct rec_sink {
-    gguf_record_writer *w;
-    int64_t prompt;       /* record only the first eval (the input tokens) */
-    bool done;
-} rec_sink;
-
-static int rec_capture(void *user, const gguf_fwd_capture *cap)
-{
-    rec_sink *s = user;
-    if (s->done || !s->w)
-        return 0;
-    int64_t ne[2] = {cap->ne[0], cap->ne[1]};
-    gguf_error e;
-    return gguf_record_add(s->w, cap->name, 0, 2, ne, cap->data, &e);
-}
-
-/* Length of a valid UTF-8 sequence at s (n bytes left), or 0. */
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    if (s[0] < 0x80)
-        return 1;
-    int len = (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || (size_t)len > n || (len == 2 && s[0] < 0xC2))
-        return 0;
-    for (int i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
-/* A JSON string; bytes that are not UTF-8 (a token can end inside a
- * character) become U+FFFD so that the output stays valid JSON. */
-/* Captures of every rank (rank -1, the single-rank run, is rank 0). */
-static int rec_capture_rank(void *user, const gguf_fwd_capture *cap)
-{
-    rec_sink *s = user;
-    int64_t ne[2] = {cap->ne[0], cap->ne[1]};
-    gguf_error e;
-    return gguf_record_add(s->w, cap->name, cap->rank < 0 ? 0u : (uint32_t)cap->rank, 2, ne,
-                           cap->data, &e);
-}
-
-static void print_text_json(FILE *out, const char *s)
-{
-    size_t n = strlen(s), at = 0, cap = n * 3 + 1;
-    char *clean = malloc(cap);
-    if (!clean) {
-        cli_json_str(out, "", 0);
-        return;
-    }
-    for (size_t i = 0; i < n;) {
-        int l = utf8_valid((const unsigned char *)s + i, n - i);
-        if (l == 0) {
-            memcpy(clean + at, "\xEF\xBF\xBD", 3);
-            at += 3;
-            i++;
-        } else {
-            memcpy(clean + at, s + i, (size_t)l);
-            at += (size_t)l;
-            i += (size_t)l;
-        }
-    }
-    cli_json_str(out, clean, at);
-    free(clean);
+    cli_error(spec.tool, err);
+    return cli_exit_code(rc);
 }
 
 /* ---- temporary records ---- */
 
-/* A fresh folder under $TMPDIR and a file name inside it. */
+/* A fresh folder under $TMPDIR (mkdtemp: private, unguessable) and a file
+ * name inside it. */
 static int tmp_path(char *out, size_t size, const char *name)
 {
     const char *td = getenv("TMPDIR");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ref-forward-XXXXXX", td && *td ? td : "/tmp");
-    if (!mkdtemp(dir))
+    if (!mkdtemp(dir)) {
+        cli_errorf(spec.tool, "cannot make a temporary folder: %s", strerror(errno));
         return -1;
+    }
     snprintf(out, size, "%s/%s.gguf", dir, name);
     return 0;
 }
@@ -283,137 +149,6 @@ static void tmp_cleanup(const char *path)
         *slash = 0;
         rmdir(dir);
     }
-}
-
-/* A digest of everything a plan says: per entry its rule, flags and every
- * rank's pieces and shape, then the options and the runtime settings. Two
- * runs with the same digest sliced the model the same way. */
-static void plan_digest(const gguf_shard_plan *p, char *hex)
-{
-    gguf_hasher *h = NULL;
-    hex[0] = 0;
-    if (gguf_hasher_new(&h))
-        return;
-    const int tp = gguf_shard_plan_ranks(p);
-    for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
-        const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
-        gguf_hasher_update(h, e->name, strlen(e->name) + 1);
-        int32_t f[6] = {(int32_t)e->rule, e->split_dim, e->expert_dim, e->cat_dim, e->slot,
-                        (int32_t)e->reduce_sum};
-        gguf_hasher_update(h, f, sizeof f);
-        for (int r = 0; r < tp; r++) {
-            const gguf_shard_slice *sl = &e->ranks[r];
-            gguf_hasher_update(h, sl->ne, sizeof sl->ne);
-            gguf_hasher_update(h, &sl->pad, sizeof sl->pad);
-            for (int32_t k = 0; k < sl->n_pieces; k++) {
-                const gguf_shard_piece *pc = &sl->pieces[k];
-                int64_t v[11] = {pc->src, pc->transpose, pc->dst};
-                memcpy(v + 3, pc->lo, sizeof pc->lo);
-                memcpy(v + 7, pc->hi, sizeof pc->hi);
-                gguf_hasher_update(h, v, sizeof v);
-            }
-        }
-    }
-    const gguf_shard_opts *o = gguf_shard_plan_opts(p);
-    int32_t ov[4] = {o->tp, o->ep, (int32_t)o->engine, o->vocab_pad};
-    gguf_hasher_update(h, ov, sizeof ov);
-    const gguf_shard_runtime *rt = gguf_shard_plan_runtime(p);
-    double rv[4] = {rt->attn_scale, rt->routed_scale, rt->shared_scale, (double)rt->rope_pairs};
-    int32_t rb[3] = {rt->use_exp_probs_b, rt->norm_topk, rt->mla_cache_replicated};
-    gguf_hasher_update(h, rv, sizeof rv);
-    gguf_hasher_update(h, rb, sizeof rb);
-    gguf_digest d;
-    gguf_hasher_final(h, &d);
-    gguf_hasher_free(h);
-    gguf_digest_hex(&d, hex);
-}
-
-/* One forward over the input tokens, every capture into a record. */
-static int record_run(const run_opts *o, const gguf_set *set, const gguf_model *m,
-                      const gguf_shard_plan *plan, const char *path, const char *fault,
-                      gguf_error *err)
-{
-    const gguf_hparams *hp = gguf_model_hparams(m);
-    gguf_digest dg;
-    char hex[GGUF_DIGEST_HEX];
-    int rc = gguf_digest_set(set, NULL, &dg, o->fo.n_threads ? o->fo.n_threads : 1, NULL, err);
-    if (rc)
-        return rc;
-    gguf_digest_hex(&dg, hex);
-    const int tp = plan ? gguf_shard_plan_ranks(plan) : 1;
-    const gguf_shard_opts *so = plan ? gguf_shard_plan_opts(plan) : NULL;
-    gguf_record_meta rm = {0};
-    rm.model_digest = hex;
-    rm.tokens = o->tokens;
-    rm.n_tokens = (uint64_t)o->n_tokens;
-    rm.backend = plan ? "cpu-tp" : "cpu";
-    rm.precision = o->fo.precision == GGUF_FWD_F64 ? "f64" : "f32";
-    rm.tp = (uint32_t)tp;
-    rm.ep = so && so->ep > 1 ? (uint32_t)so->ep : 1;
-    rm.ranks = (uint32_t)tp;
-    char pd[GGUF_DIGEST_HEX] = "";
-    if (plan)
-        plan_digest(plan, pd);
-    rm.plan_digest = pd;
-    rm.arch = hp->arch_name;
-    rm.fault = fault ? fault : "";
-    gguf_record_opts ro = {0};
-    ro.overwrite = true;
-    ro.no_sync = path != o->record_path;
-    ro.zstd = path == o->record_path && o->zstd;
-    rec_sink sink = {0};
-    rc = gguf_record_writer_create(&sink.w, path, &rm, &ro, err);
-    if (rc)
-        return rc;
-    gguf_fwd_opts fo = o->fo;
-    fo.capture = rec_capture_rank;
-    fo.capture_user = &sink;
-    fo.drop_pages = true;
-    gguf_fwd_ctx *ctx = NULL;
-    rc = plan ? gguf_fwd_tp_create(&ctx, m, plan, &fo, err) : gguf_fwd_ctx_create(&ctx, m, &fo, err);
-    if (!rc)
-        rc = gguf_fwd_eval(ctx, o->tokens, o->n_tokens, NULL, err);
-    gguf_fwd_ctx_free(ctx);
-    if (!rc)
-        rc = gguf_record_writer_finish(sink.w, err);
-    gguf_record_writer_free(sink.w);
-    return rc;
-}
-
-/* Greedy continuation of the input: n_predict ids (fewer at EOS). */
-static int greedy(const run_opts *o, const gguf_model *m, const gguf_shard_plan *plan,
-                  int32_t **out, int64_t *n_out, gguf_error *err)
-{
-    const int64_t V = gguf_model_hparams(m)->n_vocab;
-    gguf_fwd_opts fo = o->fo;
-    fo.capture = NULL;
-    fo.drop_pages = true;
-    gguf_fwd_ctx *ctx = NULL;
-    float *lg = malloc((size_t)(o->n_tokens * V) * sizeof(float) + 1);
-    int32_t *gen = malloc((size_t)(o->n_predict + 1) * sizeof(int32_t));
-    *out = gen;
-    *n_out = 0;
-    if (!lg || !gen) {
-        free(lg);
-        err->code = GGUF_E_NOMEM;
-        snprintf(err->message, sizeof err->message, "out of memory for logits");
-        return GGUF_E_NOMEM;
-    }
-    int rc = plan ? gguf_fwd_tp_create(&ctx, m, plan, &fo, err) : gguf_fwd_ctx_create(&ctx, m, &fo, err);
-    if (!rc)
-        rc = gguf_fwd_eval(ctx, o->tokens, o->n_tokens, lg, err);
-    const float *last = lg + (o->n_tokens - 1) * V;
-    for (int64_t k = 0; !rc && k < o->n_predict; k++) {
-        int32_t next = (int32_t)gguf_fwd_argmax(last, V);
-        gen[(*n_out)++] = next;
-        if (k + 1 == o->n_predict || next == o->eos)
-            break;
-        rc = gguf_fwd_eval(ctx, &next, 1, lg, err);
-        last = lg;
-    }
-    gguf_fwd_ctx_free(ctx);
-    free(lg);
-    return rc;
 }
 
 /* Text of generated ids (malloc'd). */
@@ -436,101 +171,95 @@ static char *detok(const gguf_file *meta, const int32_t *ids, int64_t n)
     return text;
 }
 
-/* --tp: the single-rank reference (or --compare REF) against tp ranks. */
+static int side_ctx(const run_opts *o, const gguf_model *m, const gguf_shard_plan *plan,
+                    gguf_fwd_ctx **ctx, gguf_error *err)
+{
+    gguf_fwd_opts fo = o->fo;
+    fo.capture = NULL;
+    fo.drop_pages = true; /* the set is mapped from files */
+    return plan ? gguf_fwd_tp_create(ctx, m, plan, &fo, err) : gguf_fwd_ctx_create(ctx, m, &fo, err);
+}
+
+/* ---- --tp: the single-rank reference (or --compare REF) against tp ranks ---- */
+
+/* One forward over the input tokens, every capture into a record. */
+static int record_side(const run_opts *o, const gguf_set *set, const gguf_model *m,
+                       const gguf_shard_plan *plan, const char *path, gguf_error *err)
+{
+    gguf_fwd_ctx *ctx = NULL;
+    int rc = side_ctx(o, m, plan, &ctx, err);
+    const bool user = path == o->record_path;
+    gguf_run_record_opts ro = {.zstd = user && o->zstd, .no_sync = !user,
+                               .precision = o->fo.precision, .n_threads = o->fo.n_threads,
+                               .plan = plan, .fault = plan ? o->inject : NULL};
+    if (!rc)
+        rc = gguf_run_record(ctx, set, o->tokens, o->n_tokens, path, &ro, err);
+    gguf_fwd_ctx_free(ctx);
+    return rc;
+}
+
+/* The symptom a user sees: what each side says next. */
+static int print_both_sides(const run_opts *o, const gguf_set *set, const gguf_model *m,
+                            const gguf_shard_plan *plan)
+{
+    for (int side = 0; side < 2; side++) {
+        gguf_error err = {0};
+        gguf_fwd_ctx *ctx = NULL;
+        gguf_fwd_generation g = {0};
+        int rc = side_ctx(o, m, side ? plan : NULL, &ctx, &err);
+        if (!rc)
+            rc = gguf_fwd_generate(ctx, o->tokens, o->n_tokens, o->n_predict, o->eos, false, &g,
+                                   &err);
+        gguf_fwd_ctx_free(ctx);
+        if (rc)
+            return report(rc, &err);
+        char *text = detok(gguf_set_meta(set), g.ids, g.n_ids);
+        printf("%s generated:", side ? "tp" : "reference");
+        for (int64_t i = 0; i < g.n_ids; i++)
+            printf(" %d", g.ids[i]);
+        printf("\n%s text: %s\n", side ? "tp" : "reference", text ? text : "");
+        free(text);
+        gguf_fwd_generation_free(&g);
+    }
+    return CLI_EXIT_OK;
+}
+
 static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
 {
     gguf_error err = {0};
     gguf_shard_plan *plan = NULL;
     char ref[4200] = "", test[4200] = "";
-    int ret = CLI_EXIT_USAGE;
-    gguf_shard_opts so = {0};
-    so.tp = o->tp;
-    so.ep = o->ep;
-    so.engine = o->engine;
-    int rc = gguf_shard_plan_build(&plan, m, &so, &err);
-    if (rc) {
-        cli_error(spec.tool, &err);
-        return cli_exit_code(rc);
-    }
-    char fault_name[128] = "";
-    if (o->inject) {
-        char name[96];
-        snprintf(name, sizeof name, "%s", o->inject);
-        int64_t layer = -1;
-        char *at = strchr(name, '@');
-        if (at) {
-            *at = 0;
-            char *end;
-            layer = strtoll(at + 1, &end, 10);
-            if (end == at + 1 || *end || layer < 0) {
-                cli_errorf(spec.tool, "--inject: '%s' is not FAULT or FAULT@LAYER", o->inject);
-                goto done;
-            }
-        }
-        gguf_fault f;
-        if (gguf_fault_from_name(name, &f) || f == GGUF_FAULT_NONE) {
-            cli_errorf(spec.tool, "--inject: unknown fault '%s' (docs/faults.md lists them)", name);
-            goto done;
-        }
-        rc = gguf_shard_apply_fault(plan, f, layer, &err);
-        if (rc) {
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
-            goto done;
-        }
-        snprintf(fault_name, sizeof fault_name, "%s", o->inject);
+    int ret = CLI_EXIT_ENV, rc;
+    gguf_shard_opts so = {.tp = o->tp, .ep = o->ep, .engine = o->engine};
+    if ((rc = gguf_shard_plan_build(&plan, m, &so, &err)) ||
+        (o->inject && (rc = gguf_shard_apply_fault_spec(plan, o->inject, &err)))) {
+        ret = report(rc, &err);
+        goto done;
     }
     if (!o->compare) {
-        if (tmp_path(ref, sizeof ref, "reference")) {
-            cli_errorf(spec.tool, "cannot make a temporary folder: %s", strerror(errno));
-            ret = CLI_EXIT_ENV;
+        if (tmp_path(ref, sizeof ref, "reference"))
             goto done;
-        }
-        if ((rc = record_run(o, set, m, NULL, ref, NULL, &err))) {
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
+        if ((rc = record_side(o, set, m, NULL, ref, &err))) {
+            ret = report(rc, &err);
             goto done;
         }
     }
-    if (o->record_path) {
+    if (o->record_path)
         snprintf(test, sizeof test, "%s", o->record_path);
-    } else if (tmp_path(test, sizeof test, "tp")) {
-        cli_errorf(spec.tool, "cannot make a temporary folder: %s", strerror(errno));
-        ret = CLI_EXIT_ENV;
+    else if (tmp_path(test, sizeof test, "tp"))
+        goto done;
+    if ((rc = record_side(o, set, m, plan, test, &err))) {
+        ret = report(rc, &err);
         goto done;
     }
-    if ((rc = record_run(o, set, m, plan, test, fault_name, &err))) {
-        cli_error(spec.tool, &err);
-        ret = cli_exit_code(rc);
-        goto done;
-    }
-    refwd_compare_args ca = {0};
-    ca.tol = o->tol;
-    ca.html = o->html;
-    ca.json = o->json;
+    refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json};
     fflush(stdout);
     ret = refwd_compare_files(o->compare ? o->compare : ref, test, &ca, stdout);
     if (o->n_predict > 0 && ret <= CLI_EXIT_DIFF) {
-        /* The symptom a user sees: what each side says next. */
         fflush(stdout);
-        for (int side = 0; side < 2; side++) {
-            int32_t *gen = NULL;
-            int64_t n_gen = 0;
-            rc = greedy(o, m, side ? plan : NULL, &gen, &n_gen, &err);
-            if (rc) {
-                free(gen);
-                cli_error(spec.tool, &err);
-                ret = cli_exit_code(rc);
-                goto done;
-            }
-            char *text = detok(gguf_set_meta(set), gen, n_gen);
-            printf("%s generated:", side ? "tp" : "reference");
-            for (int64_t i = 0; i < n_gen; i++)
-                printf(" %d", gen[i]);
-            printf("\n%s text: %s\n", side ? "tp" : "reference", text ? text : "");
-            free(text);
-            free(gen);
-        }
+        const int r2 = print_both_sides(o, set, m, plan);
+        if (r2)
+            ret = r2;
     }
 done:
     if (ref[0])
@@ -541,173 +270,326 @@ done:
     return ret;
 }
 
-int refwd_run_main(int argc, char **argv)
+/* ---- one backend: record, generate, print ---- */
+
+static void print_json(const run_opts *o, const gguf_model *m, const gguf_fwd_generation *g,
+                       const char *text, const gguf_fwd_stats *st)
 {
-    run_opts o = {0};
-    o.host_register = 2;
+    const gguf_hparams *hp = gguf_model_hparams(m);
+    const int64_t V = hp->n_vocab;
+    printf("{\"model\": ");
+    cli_json_str(stdout, o->model, SIZE_MAX);
+    printf(", \"arch\": ");
+    cli_json_str(stdout, hp->arch_name, SIZE_MAX);
+    printf(", \"precision\": \"%s\", \"n_vocab\": %lld, \"tokens\": [",
+           o->fo.precision == GGUF_FWD_F64 ? "f64" : "f32", (long long)V);
+    for (int64_t i = 0; i < o->n_tokens; i++)
+        printf("%s%d", i ? ", " : "", o->tokens[i]);
+    printf("], \"generated\": [");
+    for (int64_t i = 0; i < g->n_ids; i++)
+        printf("%s%d", i ? ", " : "", g->ids[i]);
+    printf("], \"text\": ");
+    cli_json_str(stdout, text, SIZE_MAX);
+    printf(", \"next_token\": %lld",
+           (long long)gguf_fwd_argmax(g->logits + (o->n_tokens - 1) * V, V));
+    printf(", \"stats\": {\"seconds\": ");
+    cli_json_num(stdout, st->seconds);
+    printf(", \"weight_bytes\": %llu, \"peak_weight_bytes\": %llu, \"experts_loaded\": %llu}}\n",
+           (unsigned long long)st->weight_bytes, (unsigned long long)st->peak_weight_bytes,
+           (unsigned long long)st->experts_loaded);
+}
+
+static void print_text(const run_opts *o, const gguf_model *m, const gguf_fwd_ctx *ctx,
+                       const gguf_fwd_generation *g, const char *text, const gguf_fwd_stats *st)
+{
+    const gguf_hparams *hp = gguf_model_hparams(m);
+    const int64_t V = hp->n_vocab;
+    if (cli_verbosity > 0) {
+        printf("model: %s (%s, %lld blocks, vocab %lld)\n", o->model, hp->arch_name,
+               (long long)hp->n_layer_main, (long long)V);
+        printf("tokens:");
+        for (int64_t i = 0; i < o->n_tokens; i++)
+            printf(" %d", o->tokens[i]);
+        printf("\nnext: %lld\n", (long long)gguf_fwd_argmax(g->logits + (o->n_tokens - 1) * V, V));
+    }
+    if (o->n_predict > 0) {
+        printf("generated:");
+        for (int64_t i = 0; i < g->n_ids; i++)
+            printf(" %d", g->ids[i]);
+        printf("\ntext: %s\n", text);
+    }
+    if (o->stats || cli_verbosity > 1) {
+        char b1[32], b2[32];
+        printf("stats: %.3f s, %s of weights streamed, peak %s dequantized at once, "
+               "%llu experts loaded\n",
+               st->seconds, cli_human_bytes(st->weight_bytes, b1, sizeof b1),
+               cli_human_bytes(st->peak_weight_bytes, b2, sizeof b2),
+               (unsigned long long)st->experts_loaded);
+        refwd_print_xfer(ctx, stdout);
+    }
+}
+
+static int run_single(run_opts *o, const gguf_set *set, const gguf_model *m)
+{
+    gguf_error err = {0};
+    gguf_fwd_ctx *ctx = NULL;
+    gguf_recorder *rec = NULL;
+    gguf_fwd_generation g = {0};
+    char tmp_rec[4200] = "", *text = NULL;
+    const char *rec_path = o->record_path;
+    int ret = CLI_EXIT_ENV;
+    gguf_fwd_opts fo = o->fo;
+    fo.drop_pages = true; /* the set is mapped from files */
+    int rc = refwd_ctx_create(&ctx, o->backend, m, &fo,
+                              o->host_register == 2 ? 0 : o->host_register, &err);
+    if (rc) {
+        ret = report(rc, &err);
+        goto done;
+    }
+    if (o->compare && !rec_path) {
+        if (tmp_path(tmp_rec, sizeof tmp_rec, "run"))
+            goto done;
+        rec_path = tmp_rec;
+    }
+    gguf_run_record_opts ro = {.zstd = o->zstd, .no_sync = rec_path == tmp_rec,
+                               .precision = o->fo.precision, .n_threads = o->fo.n_threads};
+    if ((rec_path && (rc = gguf_recorder_create(&rec, ctx, set, o->tokens, o->n_tokens, rec_path,
+                                                 &ro, &err))) ||
+        (rc = gguf_fwd_generate(ctx, o->tokens, o->n_tokens, o->n_predict, o->eos, true, &g,
+                                &err)) ||
+        (rec && (rc = gguf_recorder_finish(rec, &err))) ||
+        (o->logits_path && (rc = gguf_npy_write_f32(o->logits_path, g.logits, g.n_rows,
+                                                    gguf_model_hparams(m)->n_vocab, &err)))) {
+        ret = report(rc, &err);
+        goto done;
+    }
+    text = detok(gguf_set_meta(set), g.ids, g.n_ids);
+    gguf_fwd_stats st;
+    gguf_fwd_ctx_stats(ctx, &st);
+    if (o->json)
+        print_json(o, m, &g, text ? text : "", &st);
+    else
+        print_text(o, m, ctx, &g, text ? text : "", &st);
+    ret = CLI_EXIT_OK;
+    if (o->compare) {
+        fflush(stdout);
+        refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json};
+        ret = refwd_compare_files(o->compare, rec_path, &ca, stdout);
+    }
+done:
+    if (tmp_rec[0])
+        tmp_cleanup(tmp_rec);
+    gguf_recorder_free(rec);
+    gguf_fwd_ctx_free(ctx);
+    gguf_fwd_generation_free(&g);
+    free(text);
+    return ret;
+}
+
+/* ---- options ---- */
+
+/* -1 when the options are fine, else the exit code (the error printed). */
+static int parse_args(int argc, char **argv, run_opts *o)
+{
     int c, optind_ = 1;
     const char *arg;
-    int ret = CLI_EXIT_USAGE;
-    gguf_set *set = NULL;
-    gguf_model *m = NULL;
-    refwd_ctx *ctx = NULL;
-    float *logits = NULL;
-    int32_t *gen = NULL;
-    char *text = NULL;
-    rec_sink sink = {0};
-    gguf_error err = {0};
-    char tmp_rec[4200] = "";
-
+    uint64_t v;
     for (;;) {
         c = cli_next(&spec, argc, argv, &arg, &optind_);
         if (c == -1) {
             if (optind_ >= argc)
                 break;
-            if (o.model) {
+            if (o->model) {
                 cli_errorf(spec.tool, "unexpected argument '%s' (see --help)", argv[optind_]);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
-            o.model = argv[optind_];
+            o->model = argv[optind_];
             optind = optind_ + 1;
             continue;
         }
-        uint64_t v;
         switch (c) {
         case OPT_TOKENS:
-            if (parse_tokens(arg, &o)) {
+            free(o->tokens);
+            if (cli_parse_ids(arg, &o->tokens, &o->n_tokens)) {
                 cli_errorf(spec.tool, "--tokens: '%s' is not a comma-separated list of ids", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
             break;
         case 'n':
             if (cli_parse_u64(arg, &v) || v > 1000000) {
                 cli_errorf(spec.tool, "-n: '%s' is not a count", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
-            o.n_predict = (int64_t)v;
+            o->n_predict = (int64_t)v;
             break;
-        case OPT_BOS: o.bos = true; break;
-        case OPT_PROMPT: o.prompt = arg; break;
-        case OPT_JSON: o.json = true; break;
-        case OPT_ZSTD: o.zstd = true; break;
-        case OPT_STATS: o.stats = true; break;
-        case OPT_LOGITS: o.logits_path = arg; break;
-        case OPT_RECORD: o.record_path = arg; break;
-        case OPT_DENSE_INDEXER: o.fo.dense_indexer = true; break;
+        case OPT_BOS: o->bos = true; break;
+        case OPT_PROMPT: o->prompt = arg; break;
+        case OPT_JSON: o->json = true; break;
+        case OPT_ZSTD: o->zstd = true; break;
+        case OPT_STATS: o->stats = true; break;
+        case OPT_LOGITS: o->logits_path = arg; break;
+        case OPT_RECORD: o->record_path = arg; break;
+        case OPT_DENSE_INDEXER: o->fo.dense_indexer = true; break;
         case OPT_PRECISION:
-            o.precision_set = true;
-            if (strcmp(arg, "f32") == 0)
-                o.fo.precision = GGUF_FWD_F32;
-            else if (strcmp(arg, "f64") == 0)
-                o.fo.precision = GGUF_FWD_F64;
-            else {
+            o->precision_set = true;
+            if (strcmp(arg, "f32") == 0) {
+                o->fo.precision = GGUF_FWD_F32;
+            } else if (strcmp(arg, "f64") == 0) {
+                o->fo.precision = GGUF_FWD_F64;
+            } else {
                 cli_errorf(spec.tool, "--precision: '%s' is not f32 or f64", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
             break;
         case OPT_MLA:
-            if (strcmp(arg, "plain") == 0)
-                o.fo.mla_mode = GGUF_FWD_MLA_PLAIN;
-            else if (strcmp(arg, "absorbed") == 0)
-                o.fo.mla_mode = GGUF_FWD_MLA_ABSORBED;
-            else {
+            if (strcmp(arg, "plain") == 0) {
+                o->fo.mla_mode = GGUF_FWD_MLA_PLAIN;
+            } else if (strcmp(arg, "absorbed") == 0) {
+                o->fo.mla_mode = GGUF_FWD_MLA_ABSORBED;
+            } else {
                 cli_errorf(spec.tool, "--mla: '%s' is not plain or absorbed", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
             break;
         case OPT_TOPK:
             if (cli_parse_u64(arg, &v) || v < 1 || v > INT32_MAX) {
                 cli_errorf(spec.tool, "--indexer-top-k: '%s' is not a positive count", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
-            o.fo.idx_top_k = (int64_t)v;
+            o->fo.idx_top_k = (int64_t)v;
             break;
         case OPT_TP:
         case OPT_EP:
             if (cli_parse_u64(arg, &v) || v < 1 || v > 4096) {
                 cli_errorf(spec.tool, "--%s: '%s' is not a number from 1 to 4096",
                            c == OPT_TP ? "tp" : "ep", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
-            *(c == OPT_TP ? &o.tp : &o.ep) = (int)v;
+            *(c == OPT_TP ? &o->tp : &o->ep) = (int)v;
             break;
         case OPT_ENGINE:
-            if (gguf_engine_from_name(arg, &o.engine)) {
+            if (gguf_engine_from_name(arg, &o->engine)) {
                 cli_errorf(spec.tool, "--engine: '%s' is not vllm or sglang", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
             break;
-        case OPT_INJECT: o.inject = arg; break;
-        case OPT_COMPARE: o.compare = arg; break;
-        case OPT_TOL: o.tol = arg; break;
-        case OPT_HTML: o.html = arg; break;
+        case OPT_INJECT: o->inject = arg; break;
+        case OPT_COMPARE: o->compare = arg; break;
+        case OPT_TOL: o->tol = arg; break;
+        case OPT_HTML: o->html = arg; break;
         case OPT_BACKEND:
-            if (refwd_backend_parse(arg, &o.backend)) {
+            if (refwd_backend_parse(arg, &o->backend)) {
                 cli_errorf(spec.tool, "--backend: '%s' is not cpu or cuda", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
             break;
         case OPT_HOST_REGISTER:
-            if (!strcmp(arg, "auto")) {
-                o.host_register = 0;
-            } else if (!strcmp(arg, "on")) {
-                o.host_register = 1;
-            } else if (!strcmp(arg, "off")) {
-                o.host_register = -1;
-            } else {
+            o->host_register = !strcmp(arg, "auto") ? 0 : !strcmp(arg, "on") ? 1
+                               : !strcmp(arg, "off") ? -1 : 3;
+            if (o->host_register == 3) {
                 cli_errorf(spec.tool, "--host-register: '%s' is not auto, on or off", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
             break;
         case OPT_THREADS:
             if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
                 cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
-                goto done;
+                return CLI_EXIT_USAGE;
             }
-            o.fo.n_threads = (int)v;
+            o->fo.n_threads = (int)v;
             break;
         }
     }
-    if (!o.model) {
-        cli_errorf(spec.tool, "expected a MODEL.gguf argument (see --help)");
-        goto done;
-    }
-    if (o.prompt && o.n_tokens) {
-        cli_errorf(spec.tool, "--prompt and --tokens exclude each other");
-        goto done;
-    }
-    if (o.zstd && !o.record_path) {
-        cli_errorf(spec.tool, "--zstd needs --record");
-        goto done;
-    }
-    if ((o.ep || o.inject) && !o.tp) {
-        cli_errorf(spec.tool, "--%s needs --tp", o.ep ? "ep" : "inject");
-        goto done;
-    }
-    if ((o.tol || o.html) && !o.tp && !o.compare) {
-        cli_errorf(spec.tool, "--%s needs --tp or --compare", o.tol ? "tol" : "html");
-        goto done;
-    }
-    if (o.tp && (o.logits_path || (o.n_predict && o.json))) {
-        cli_errorf(spec.tool, "--tp checks the input tokens: --logits (and -n with --json) do "
-                              "not apply");
-        goto done;
-    }
+    return -1;
+}
 
-    if (o.host_register != 2 && (o.backend != REFWD_CUDA || o.tp)) {
-        cli_errorf(spec.tool, "--host-register applies to --backend cuda without --tp (tensor-"
-                              "parallel ranks register in auto mode)");
-        goto done;
+/* Options that exclude or need each other. */
+static const char *conflict(const run_opts *o)
+{
+    if (!o->model)
+        return "expected a MODEL.gguf argument (see --help)";
+    if (o->prompt && o->n_tokens)
+        return "--prompt and --tokens exclude each other";
+    if (o->zstd && !o->record_path)
+        return "--zstd needs --record";
+    if (o->ep && !o->tp)
+        return "--ep needs --tp";
+    if (o->inject && !o->tp)
+        return "--inject needs --tp";
+    if (o->tol && !o->tp && !o->compare)
+        return "--tol needs --tp or --compare";
+    if (o->html && !o->tp && !o->compare)
+        return "--html needs --tp or --compare";
+    if (o->tp && (o->logits_path || (o->n_predict && o->json)))
+        return "--tp checks the input tokens: --logits (and -n with --json) do not apply";
+    if (o->host_register != 2 && (o->backend != REFWD_CUDA || o->tp))
+        return "--host-register applies to --backend cuda without --tp (tensor-parallel ranks "
+               "register in auto mode)";
+    if (o->backend == REFWD_CUDA && o->precision_set && o->fo.precision == GGUF_FWD_F64)
+        return "--backend cuda computes in f32: --precision f64 is CPU only";
+    if (o->backend == REFWD_CUDA && o->fo.mla_mode == GGUF_FWD_MLA_ABSORBED)
+        return "--backend cuda expands kv_b per head: --mla absorbed is CPU only";
+    return NULL;
+}
+
+/* The input ids: --tokens, or --prompt through the model's tokenizer, with
+ * BOS first when asked (or when nothing else was given). -1 when fine. */
+static int input_tokens(run_opts *o, const gguf_set *set, const gguf_model *m)
+{
+    gguf_error err = {0};
+    const gguf_file *meta = gguf_set_meta(set);
+    if (o->prompt) {
+        gguf_tokenizer *tk = NULL;
+        int rc = gguf_tokenizer_create(&tk, set, &err);
+        if (!rc)
+            rc = gguf_tokenize(tk, o->prompt, strlen(o->prompt), false, &o->tokens, &o->n_tokens,
+                               &err);
+        gguf_tokenizer_free(tk);
+        if (rc)
+            return report(rc, &err);
     }
-    if (o.backend == REFWD_CUDA) {
-        if (o.precision_set && o.fo.precision == GGUF_FWD_F64) {
-            cli_errorf(spec.tool, "--backend cuda computes in f32: --precision f64 is CPU only");
-            goto done;
+    const int32_t bos = gguf_fwd_token_bos(meta);
+    if (o->n_tokens == 0 || o->bos) {
+        if (bos < 0) {
+            cli_errorf(spec.tool, "%s: no tokenizer.ggml.bos_token_id; give --tokens", o->model);
+            return CLI_EXIT_USAGE;
         }
-        if (o.fo.mla_mode == GGUF_FWD_MLA_ABSORBED) {
-            cli_errorf(spec.tool, "--backend cuda expands kv_b per head: --mla absorbed is CPU only");
-            goto done;
+        int32_t *t = malloc((size_t)(o->n_tokens + 1) * sizeof(int32_t));
+        if (!t)
+            return CLI_EXIT_ENV;
+        t[0] = bos;
+        if (o->n_tokens)
+            memcpy(t + 1, o->tokens, (size_t)o->n_tokens * sizeof(int32_t));
+        free(o->tokens);
+        o->tokens = t;
+        o->n_tokens++;
+    }
+    const int64_t V = gguf_model_hparams(m)->n_vocab;
+    for (int64_t i = 0; i < o->n_tokens; i++)
+        if (o->tokens[i] >= V) {
+            cli_errorf(spec.tool, "--tokens: id %d is outside the vocabulary of %s (%lld tokens)",
+                       o->tokens[i], o->model, (long long)V);
+            return CLI_EXIT_USAGE;
         }
+    o->eos = gguf_fwd_token_eos(meta);
+    return -1;
+}
+
+int refwd_run_main(int argc, char **argv)
+{
+    run_opts o = {0};
+    o.host_register = 2;
+    gguf_set *set = NULL;
+    gguf_model *m = NULL;
+    gguf_error err = {0};
+    int ret = parse_args(argc, argv, &o);
+    if (ret >= 0)
+        goto done;
+    const char *why = conflict(&o);
+    if (why) {
+        cli_errorf(spec.tool, "%s", why);
+        ret = CLI_EXIT_USAGE;
+        goto done;
     }
     int rc = gguf_set_open(&set, o.model, NULL, &err);
     if (!rc)
@@ -716,230 +598,29 @@ int refwd_run_main(int argc, char **argv)
     if (!rc)
         rc = refwd_backend_probe(o.backend, &err);
     if (rc) {
-        cli_error(spec.tool, &err);
-        ret = cli_exit_code(rc);
+        ret = report(rc, &err);
         goto done;
     }
-    const gguf_hparams *hp = gguf_model_hparams(m);
-    const gguf_file *meta = gguf_set_meta(set);
-    const int32_t bos = gguf_fwd_token_bos(meta), eos = gguf_fwd_token_eos(meta);
-    if (o.prompt) {
-        gguf_tokenizer *tk = NULL;
-        rc = gguf_tokenizer_create(&tk, set, &err);
-        if (!rc)
-            rc = gguf_tokenize(tk, o.prompt, strlen(o.prompt), false, &o.tokens, &o.n_tokens, &err);
-        gguf_tokenizer_free(tk);
-        if (rc) {
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
-            goto done;
-        }
-    }
-    if (o.n_tokens == 0 || o.bos) {
-        if (bos < 0) {
-            cli_errorf(spec.tool, "%s: no tokenizer.ggml.bos_token_id; give --tokens", o.model);
-            goto done;
-        }
-        int32_t *t = malloc((size_t)(o.n_tokens + 1) * sizeof(int32_t));
-        if (!t) {
-            ret = CLI_EXIT_ENV;
-            goto done;
-        }
-        t[0] = bos;
-        if (o.n_tokens)
-            memcpy(t + 1, o.tokens, (size_t)o.n_tokens * sizeof(int32_t));
-        free(o.tokens);
-        o.tokens = t;
-        o.n_tokens++;
-    }
-    for (int64_t i = 0; i < o.n_tokens; i++)
-        if (o.tokens[i] >= hp->n_vocab) {
-            cli_errorf(spec.tool, "--tokens: id %d is outside the vocabulary of %s (%lld tokens)",
-                       o.tokens[i], o.model, (long long)hp->n_vocab);
-            goto done;
-        }
-
-    o.eos = eos;
+    if ((ret = input_tokens(&o, set, m)) >= 0)
+        goto done;
     if (o.tp && o.backend == REFWD_CUDA) {
         /* GPU ranks over NCCL against the single-GPU run (f32) */
         refwd_gpu_tp_args ga = {o.model, set, m, o.tokens, o.n_tokens, o.tp, o.ep, o.engine,
                                 o.inject, o.compare, o.tol, o.html, o.record_path, o.json, o.fo,
                                 argv};
         ret = refwd_gpu_tp(&ga);
-        goto done;
-    }
-    if (o.tp) {
+    } else if (o.tp) {
         /* A plan check compares slicing, not rounding: both sides in f64 by
          * default, so that no near-tie in routing can flip between them. */
         if (!o.precision_set)
             o.fo.precision = GGUF_FWD_F64;
         ret = run_tp(&o, set, m);
-        goto done;
-    }
-    if (o.record_path || o.compare) {
-        gguf_digest dg;
-        char hex[GGUF_DIGEST_HEX];
-        rc = gguf_digest_set(set, NULL, &dg, o.fo.n_threads ? o.fo.n_threads : 1, NULL, &err);
-        if (rc) {
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
-            goto done;
-        }
-        gguf_digest_hex(&dg, hex);
-        gguf_record_meta rm = {0};
-        rm.model_digest = hex;
-        rm.tokens = o.tokens;
-        rm.n_tokens = (uint64_t)o.n_tokens;
-        rm.backend = refwd_backend_name(o.backend);
-        rm.precision = o.fo.precision == GGUF_FWD_F64 ? "f64" : "f32";
-        rm.tp = rm.ep = rm.ranks = 1;
-        rm.plan_digest = "";
-        rm.arch = hp->arch_name;
-        rm.fault = "";
-        gguf_record_opts ro = {0};
-        ro.zstd = o.zstd;
-        ro.overwrite = true;
-        if (!o.record_path) {
-            if (tmp_path(tmp_rec, sizeof tmp_rec, "run")) {
-                cli_errorf(spec.tool, "cannot make a temporary folder: %s", strerror(errno));
-                ret = CLI_EXIT_ENV;
-                goto done;
-            }
-            o.record_path = tmp_rec;
-        }
-        rc = gguf_record_writer_create(&sink.w, o.record_path, &rm, &ro, &err);
-        if (rc) {
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
-            goto done;
-        }
-        o.fo.capture = rec_capture;
-        o.fo.capture_user = &sink;
-    }
-
-    o.fo.drop_pages = true; /* the set is mapped from files */
-    rc = refwd_ctx_create(&ctx, o.backend, m, &o.fo, o.host_register == 2 ? 0 : o.host_register,
-                          &err);
-    const int64_t V = hp->n_vocab;
-    const int64_t n_rows = o.n_tokens + (o.n_predict > 1 ? o.n_predict - 1 : 0);
-    logits = malloc((size_t)(n_rows * V) * sizeof(float) + 1);
-    gen = malloc((size_t)(o.n_predict + 1) * sizeof(int32_t));
-    if (!rc && (!logits || !gen)) {
-        rc = GGUF_E_NOMEM;
-        snprintf(err.message, sizeof err.message, "out of memory for logits");
-    }
-    if (!rc)
-        rc = refwd_ctx_eval(ctx, o.tokens, o.n_tokens, logits, &err);
-    sink.done = true;
-    int64_t n_gen = 0;
-    for (int64_t k = 0; !rc && k < o.n_predict; k++) {
-        const float *last = logits + (o.n_tokens + k - 1) * V;
-        int32_t next = (int32_t)gguf_fwd_argmax(last, V);
-        gen[n_gen++] = next;
-        if (next == eos || k + 1 == o.n_predict)
-            break;
-        rc = refwd_ctx_eval(ctx, &next, 1, logits + (o.n_tokens + k) * V, &err);
-    }
-    if (rc) {
-        cli_error(spec.tool, &err);
-        ret = cli_exit_code(rc);
-        goto done;
-    }
-    const int64_t rows_done = refwd_ctx_n_past(ctx);
-    if (sink.w && (rc = gguf_record_writer_finish(sink.w, &err))) {
-        cli_error(spec.tool, &err);
-        ret = cli_exit_code(rc);
-        goto done;
-    }
-    if (o.logits_path && (rc = write_npy(o.logits_path, logits, rows_done, V, &err))) {
-        cli_error(spec.tool, &err);
-        ret = cli_exit_code(rc);
-        goto done;
-    }
-    /* detokenize */
-    size_t tcap = (size_t)(n_gen + 1) * 64 + 1, tlen = 0;
-    text = malloc(tcap);
-    if (!text) {
-        ret = CLI_EXIT_ENV;
-        goto done;
-    }
-    text[0] = 0;
-    for (int64_t i = 0; i < n_gen; i++) {
-        char piece[256];
-        int l = gguf_fwd_token_text(meta, gen[i], piece, sizeof piece);
-        if (l > 0 && tlen + (size_t)l < tcap) {
-            memcpy(text + tlen, piece, (size_t)l);
-            tlen += (size_t)l;
-            text[tlen] = 0;
-        }
-    }
-    gguf_fwd_stats st;
-    refwd_ctx_stats(ctx, &st);
-    if (o.json) {
-        printf("{\"model\": ");
-        print_text_json(stdout, o.model);
-        printf(", \"arch\": ");
-        print_text_json(stdout, hp->arch_name);
-        printf(", \"precision\": \"%s\", \"n_vocab\": %lld, \"tokens\": [",
-               o.fo.precision == GGUF_FWD_F64 ? "f64" : "f32", (long long)V);
-        for (int64_t i = 0; i < o.n_tokens; i++)
-            printf("%s%d", i ? ", " : "", o.tokens[i]);
-        printf("], \"generated\": [");
-        for (int64_t i = 0; i < n_gen; i++)
-            printf("%s%d", i ? ", " : "", gen[i]);
-        printf("], \"text\": ");
-        print_text_json(stdout, text);
-        printf(", \"next_token\": %lld", (long long)gguf_fwd_argmax(logits + (o.n_tokens - 1) * V, V));
-        printf(", \"stats\": {\"seconds\": ");
-        cli_json_num(stdout, st.seconds);
-        printf(", \"weight_bytes\": %llu, \"peak_weight_bytes\": %llu, \"experts_loaded\": %llu}}\n",
-               (unsigned long long)st.weight_bytes, (unsigned long long)st.peak_weight_bytes,
-               (unsigned long long)st.experts_loaded);
     } else {
-        if (cli_verbosity > 0) {
-            printf("model: %s (%s, %lld blocks, vocab %lld)\n", o.model, hp->arch_name,
-                   (long long)hp->n_layer_main, (long long)V);
-            printf("tokens:");
-            for (int64_t i = 0; i < o.n_tokens; i++)
-                printf(" %d", o.tokens[i]);
-            printf("\n");
-            printf("next: %lld\n", (long long)gguf_fwd_argmax(logits + (o.n_tokens - 1) * V, V));
-        }
-        if (o.n_predict > 0) {
-            printf("generated:");
-            for (int64_t i = 0; i < n_gen; i++)
-                printf(" %d", gen[i]);
-            printf("\ntext: %s\n", text);
-        }
-        if (o.stats || cli_verbosity > 1) {
-            char b1[32], b2[32];
-            printf("stats: %.3f s, %s of weights streamed, peak %s dequantized at once, "
-                   "%llu experts loaded\n",
-                   st.seconds, cli_human_bytes(st.weight_bytes, b1, sizeof b1),
-                   cli_human_bytes(st.peak_weight_bytes, b2, sizeof b2),
-                   (unsigned long long)st.experts_loaded);
-            refwd_ctx_print_xfer(ctx, stdout);
-        }
-    }
-    ret = CLI_EXIT_OK;
-    if (o.compare) {
-        fflush(stdout);
-        refwd_compare_args ca = {0};
-        ca.tol = o.tol;
-        ca.html = o.html;
-        ca.json = o.json;
-        ret = refwd_compare_files(o.compare, o.record_path, &ca, stdout);
+        ret = run_single(&o, set, m);
     }
 done:
-    if (tmp_rec[0])
-        tmp_cleanup(tmp_rec);
-    gguf_record_writer_free(sink.w);
-    refwd_ctx_free(ctx);
     gguf_model_free(m);
     gguf_set_close(set);
     free(o.tokens);
-    free(logits);
-    free(gen);
-    free(text);
     return ret;
 }

@@ -117,6 +117,16 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c);
 int gguf_cuda_fwd_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *logits,
                        gguf_error *err);
 
+/*
+ * The same GPU context behind the interface of gguf/forward.h (backend name
+ * "cuda"): gguf_fwd_eval, gguf_fwd_generate, gguf/run.h's recorder and the
+ * stats work on it as on the CPU reference.
+ */
+int gguf_cuda_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_opts *opts,
+                             const gguf_cuda_fwd_opts *copts, gguf_error *err);
+/* The GPU context behind ctx when gguf_cuda_fwd_ctx_create made it, else NULL. */
+gguf_cuda_fwd *gguf_cuda_fwd_of(const gguf_fwd_ctx *ctx);
+
 int64_t gguf_cuda_fwd_n_past(const gguf_cuda_fwd *c);
 /* gguf_fwd_stats as the CPU fills them (peak_weight_bytes: device bytes of
  * dequantized weights alive at once), and the transfer figures (xfer may be

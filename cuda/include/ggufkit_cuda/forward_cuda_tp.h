@@ -47,6 +47,9 @@ typedef struct gguf_cuda_tp gguf_cuda_tp;
 int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shard_plan *plan,
                         gguf_nccl_comm *comm, const gguf_fwd_opts *opts, gguf_error *err);
 void gguf_cuda_tp_free(gguf_cuda_tp *c);
+/* The same rank behind the interface of gguf/forward.h (backend "cuda-nccl"). */
+int gguf_cuda_tp_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard_plan *plan,
+                            gguf_nccl_comm *comm, const gguf_fwd_opts *opts, gguf_error *err);
 
 /* As gguf_fwd_eval; logits (may be NULL) receives the gathered logits, the
  * same on every rank. */

@@ -274,6 +274,25 @@ bool gguf_fault_is_config(gguf_fault f);
  */
 int gguf_shard_apply_fault(gguf_shard_plan *p, gguf_fault f, int64_t layer, gguf_error *err);
 
+/*
+ * A fault as users write it: "FAULT" (every layer) or "FAULT@LAYER".
+ * @return 0 with *f and *layer (-1: all); GGUF_E_INVALID naming the text and
+ *         what is wrong (unknown fault, a layer that is not a number).
+ */
+int gguf_fault_parse(const char *spec, gguf_fault *f, int64_t *layer, gguf_error *err);
+
+/* gguf_fault_parse, then gguf_shard_apply_fault. */
+int gguf_shard_apply_fault_spec(gguf_shard_plan *p, const char *spec, gguf_error *err);
+
+#define GGUF_PLAN_DIGEST_HEX 33
+/*
+ * A digest of everything a plan says: per entry its rule, flags and every
+ * rank's pieces and shape, then the options and the runtime settings. Two
+ * runs with the same digest sliced the model the same way (records carry it).
+ * hex receives 32 hex digits and a NUL ("" when out of memory).
+ */
+void gguf_shard_plan_digest(const gguf_shard_plan *p, char hex[GGUF_PLAN_DIGEST_HEX]);
+
 #ifdef __cplusplus
 }
 #endif
