@@ -99,9 +99,8 @@ int gguf_cuda_malloc(void **out, size_t bytes, gguf_error *err)
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
         const int rc = gguf_cuda_fail(err, e, "cudaMalloc");
-        if (rc == GGUF_E_NOMEM && err)
-            snprintf(err->message, sizeof err->message,
-                     "cuda: out of device memory allocating %zu bytes", bytes);
+        if (rc == GGUF_E_NOMEM)
+            gguf_error_setf(err, rc, 0, "cuda: out of device memory allocating %zu bytes", bytes);
         return rc;
     }
     *out = p;

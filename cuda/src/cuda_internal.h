@@ -23,4 +23,15 @@ int gguf_cuda_fail(gguf_error *err, cudaError_t e, const char *what);
             return gguf_cuda_fail((err), gc_e_, #call);                                       \
     } while (0)
 
+/* The same in a function that owns resources: sets its `rc` and jumps to its
+ * `done:` cleanup instead of returning past it. */
+#define GC_GOTO(err, call)                                                                    \
+    do {                                                                                      \
+        const cudaError_t gc_e_ = (call);                                                     \
+        if (gc_e_ != cudaSuccess) {                                                           \
+            rc = gguf_cuda_fail((err), gc_e_, #call);                                         \
+            goto done;                                                                        \
+        }                                                                                     \
+    } while (0)
+
 #endif

@@ -11,6 +11,7 @@
 #include "cuda_internal.h"
 
 #include "ggufkit_cuda/nccl_comm.h"
+#include "gguf/output.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,24 +105,13 @@ static int nc_wait(gguf_nccl_comm *c, cudaStream_t stream, double deadline, cons
     }
 }
 
-/* Rank 0: write the id to path (temporary file, then rename). */
+/* Rank 0: write the id to path; it appears whole (gguf/output.h), so a rank
+ * that polls for it never reads half of it. */
 static int nc_write_id(const char *path, const ncclUniqueId *id, gguf_error *err)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0)
-        return gguf_fail_errno(err, GGUF_E_IO, errno, "%s: cannot create the rendezvous file",
-                               tmp);
-    ssize_t w = write(fd, id, sizeof *id);
-    int fe = fsync(fd);
-    close(fd);
-    if (w != (ssize_t)sizeof *id || fe || rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return gguf_fail_errno(err, GGUF_E_IO, e, "%s: cannot write the rendezvous file", path);
-    }
-    return 0;
+    gguf_output_opts oo = {};
+    oo.overwrite = true;
+    return gguf_output_write_file(path, id, sizeof *id, &oo, err);
 }
 
 static int nc_read_id(const char *path, ncclUniqueId *id, double deadline, int rank,

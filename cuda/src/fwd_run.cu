@@ -312,7 +312,7 @@ static int attn_gqa(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, c
         fk_attn_args a = {o, nh * dv, q, nh * dk, dk, L->k, c->k_w, dk, L->v, c->v_w, dv,
                           n, nh, nkv, dk, dv, c->n_past, c->set.kq_scale, scr};
         fk_attn(&a, c->ks);
-        GC_TRY(err, cudaGetLastError());
+        GC_GOTO(err, cudaGetLastError());
         rc = fc_mm(c, out, 0, o, nh * dv, W(c, il, GGUF_ROLE_ATTN_OUT), 0, E, NULL, n, err);
     }
 done:
@@ -426,7 +426,7 @@ static int attn_mla(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, c
         }
         /* k_pe of each position, the same for every head */
         for (int64_t h = 0; h < nh; h++)
-            GC_TRY(err, cudaMemcpy2DAsync(kx + h * dk + nope, (size_t)(nh * dk) * sizeof(float),
+            GC_GOTO(err, cudaMemcpy2DAsync(kx + h * dk + nope, (size_t)(nh * dk) * sizeof(float),
                                           L->k + R, (size_t)KW * sizeof(float),
                                           (size_t)rope * sizeof(float), (size_t)nk_all,
                                           cudaMemcpyDeviceToDevice, c->ks));
@@ -437,7 +437,7 @@ static int attn_mla(gguf_cuda_fwd *c, int64_t il, const float *cur, int64_t n, c
         fk_attn_args a = {o, nh * dv, q, nh * dk, dk, kx, nh * dk, dk, vx, nh * dv, dv,
                           n, nh, nh, dk, dv, c->n_past, c->set.kq_scale, scr};
         fk_attn(&a, c->ks);
-        GC_TRY(err, cudaGetLastError());
+        GC_GOTO(err, cudaGetLastError());
     }
     rc = fc_mm(c, out, 0, o, nh * dv, W(c, il, GGUF_ROLE_ATTN_OUT), 0, E, NULL, n, err);
 done:
@@ -525,11 +525,11 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         cudaFreeHost(c->hlog);
         c->hlog = NULL;
         c->hlog_n = 0;
-        GC_TRY(err, cudaHostAlloc((void **)&c->hlog, (size_t)(n * ne) * sizeof(float),
+        GC_GOTO(err, cudaHostAlloc((void **)&c->hlog, (size_t)(n * ne) * sizeof(float),
                                   cudaHostAllocDefault));
         c->hlog_n = (size_t)(n * ne);
     }
-    GC_TRY(err, cudaMemcpyAsync(c->hlog, dlog, (size_t)(n * ne) * sizeof(float),
+    GC_GOTO(err, cudaMemcpyAsync(c->hlog, dlog, (size_t)(n * ne) * sizeof(float),
                                 cudaMemcpyDeviceToHost, c->ks));
     /* The shared experts need no routing: they stream while the GPU computes
      * the router logits, instead of after the wait for them. */
@@ -539,7 +539,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         goto done;
     {
         const double t0 = fc_now();
-        GC_TRY(err, cudaStreamSynchronize(c->ks));
+        GC_GOTO(err, cudaStreamSynchronize(c->ks));
         c->xf.host_sync_seconds += fc_now() - t0;
     }
     for (int64_t i = 0; i < n * ne; i++)
@@ -589,11 +589,11 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
             (rc = fc_alloc(c, &hu, (size_t)((m + 1) * nff) * sizeof(float), err)) ||
             (rc = fc_alloc(c, &acc, (size_t)(n * E) * sizeof(double), err)))
             goto done;
-        GC_TRY(err, cudaMemcpyAsync(drows, rows, (size_t)m * sizeof(int32_t),
+        GC_GOTO(err, cudaMemcpyAsync(drows, rows, (size_t)m * sizeof(int32_t),
                                     cudaMemcpyHostToDevice, c->ks));
-        GC_TRY(err, cudaMemcpyAsync(dw, roww, (size_t)m * sizeof(float), cudaMemcpyHostToDevice,
+        GC_GOTO(err, cudaMemcpyAsync(dw, roww, (size_t)m * sizeof(float), cudaMemcpyHostToDevice,
                                     c->ks));
-        GC_TRY(err, cudaMemsetAsync(acc, 0, (size_t)(n * E) * sizeof(double), c->ks));
+        GC_GOTO(err, cudaMemsetAsync(acc, 0, (size_t)(n * E) * sizeof(double), c->ks));
         /* every routed row's input, expert by expert */
         fk_gather(xs, x, drows, m, E, c->ks);
     }
@@ -630,7 +630,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
                        start[e + 1] - start[e], E, c->ks);
     }
     fk_acc_out(out, acc, ysh, n * E, c->ks);
-    GC_TRY(err, cudaGetLastError());
+    GC_GOTO(err, cudaGetLastError());
     /* the host arrays above were copied from (pageable copies are staged
      * before they return), so they may be freed */
 done:
@@ -659,6 +659,26 @@ done:
 
 /* ------------------------------------------------------------ context */
 
+/* *buf grown from old_cap to cap rows of w floats, contents kept; on
+ * failure *buf is as it was and nothing leaks. */
+static int fc_grow_buf(gguf_cuda_fwd *c, float **buf, int64_t old_cap, int64_t cap, int64_t w,
+                       gguf_error *err)
+{
+    float *nb = NULL;
+    int rc = 0;
+    GC_GOTO(err, cudaMalloc(&nb, (size_t)(cap * w) * sizeof(float)));
+    if (*buf)
+        GC_GOTO(err, cudaMemcpyAsync(nb, *buf, (size_t)(old_cap * w) * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, c->ks));
+    GC_GOTO(err, cudaStreamSynchronize(c->ks));
+    cudaFree(*buf);
+    *buf = nb;
+    nb = NULL;
+done:
+    cudaFree(nb);
+    return rc;
+}
+
 static int fc_grow_cache(gguf_cuda_fwd *c, int64_t need_pos, gguf_error *err)
 {
     if (need_pos <= c->cap)
@@ -668,25 +688,11 @@ static int fc_grow_cache(gguf_cuda_fwd *c, int64_t need_pos, gguf_error *err)
         cap *= 2;
     for (int64_t i = 0; i < c->hp->n_layer_main; i++) {
         fc_cache *l = &c->lc[i];
-        float *k = NULL, *v = NULL;
-        GC_TRY(err, cudaMalloc(&k, (size_t)(cap * c->k_w) * sizeof(float)));
-        if (l->k)
-            GC_TRY(err, cudaMemcpyAsync(k, l->k, (size_t)(c->cap * c->k_w) * sizeof(float),
-                                        cudaMemcpyDeviceToDevice, c->ks));
-        GC_TRY(err, cudaStreamSynchronize(c->ks));
-        cudaFree(l->k);
-        l->k = k;
-        if (c->v_w) {
-            cudaError_t e = cudaMalloc(&v, (size_t)(cap * c->v_w) * sizeof(float));
-            if (e != cudaSuccess)
-                return gguf_cuda_fail(err, e, "KV cache");
-            if (l->v)
-                GC_TRY(err, cudaMemcpyAsync(v, l->v, (size_t)(c->cap * c->v_w) * sizeof(float),
-                                            cudaMemcpyDeviceToDevice, c->ks));
-            GC_TRY(err, cudaStreamSynchronize(c->ks));
-            cudaFree(l->v);
-            l->v = v;
-        }
+        int rc = fc_grow_buf(c, &l->k, c->cap, cap, c->k_w, err);
+        if (!rc && c->v_w)
+            rc = fc_grow_buf(c, &l->v, c->cap, cap, c->v_w, err);
+        if (rc)
+            return rc; /* layers grown so far keep their larger buffers */
     }
     c->cap = cap;
     return 0;
@@ -886,7 +892,7 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
     float *x = NULL, *cur = NULL, *y = NULL, *lg = NULL;
     double *cs = NULL;
     int rc;
-    GC_TRY(err, cudaSetDevice(c->device));
+    GC_GOTO(err, cudaSetDevice(c->device));
     if ((rc = fc_grow_cache(c, c->n_past + n, err)))
         return rc;
     if ((rc = fc_alloc(c, &x, (size_t)(n * E) * sizeof(float), err)) ||
@@ -963,12 +969,12 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
         /* a copy to pageable memory waits for the stream: timed as the sync */
         const double t0 = fc_now();
         if (logits_out) {
-            GC_TRY(err, cudaMemcpyAsync(logits_out, lg, (size_t)(n * V) * sizeof(float),
+            GC_GOTO(err, cudaMemcpyAsync(logits_out, lg, (size_t)(n * V) * sizeof(float),
                                         cudaMemcpyDeviceToHost, c->ks));
         }
-        GC_TRY(err, cudaStreamSynchronize(c->ks));
+        GC_GOTO(err, cudaStreamSynchronize(c->ks));
         c->xf.host_sync_seconds += fc_now() - t0;
-        GC_TRY(err, cudaGetLastError());
+        GC_GOTO(err, cudaGetLastError());
         c->n_past += n;
     }
 done:

@@ -70,9 +70,15 @@ static int tc_blas(gguf_error *err, cublasStatus_t st, const char *what)
 static int tc_alloc(float **p, int64_t n, gguf_error *err)
 {
     *p = NULL;
-    GC_TRY(err, cudaMalloc((void **)p, (size_t)(n > 0 ? n : 1) * sizeof(float)));
-    GC_TRY(err, cudaMemset(*p, 0, (size_t)(n > 0 ? n : 1) * sizeof(float)));
-    return 0;
+    int rc = 0;
+    GC_GOTO(err, cudaMalloc((void **)p, (size_t)(n > 0 ? n : 1) * sizeof(float)));
+    GC_GOTO(err, cudaMemset(*p, 0, (size_t)(n > 0 ? n : 1) * sizeof(float)));
+done:
+    if (rc) {
+        cudaFree(*p);
+        *p = NULL;
+    }
+    return rc;
 }
 
 /* The plan's slice of (il, role) for this rank on the device; an absent
@@ -135,8 +141,13 @@ static int tc_fitv(const tw *w, int64_t want, float **out, gguf_error *err)
 {
     int rc = tc_alloc(out, want, err);
     if (!rc && w->d)
-        GC_TRY(err, cudaMemcpy(*out, w->d, (size_t)(w->n < want ? w->n : want) * sizeof(float),
-                               cudaMemcpyDeviceToDevice));
+        GC_GOTO(err, cudaMemcpy(*out, w->d, (size_t)(w->n < want ? w->n : want) * sizeof(float),
+                                cudaMemcpyDeviceToDevice));
+done:
+    if (rc) {
+        cudaFree(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
@@ -234,16 +245,20 @@ static int tc_cache_reserve(gguf_cuda_tp *c, tc_cache *L, int64_t kw, int64_t vw
     int rc = tc_alloc(&k, cap * kw, err);
     if (!rc && vw)
         rc = tc_alloc(&v, cap * vw, err);
+    if (rc)
+        goto done;
+    if (L->k)
+        GC_GOTO(err, cudaMemcpy(k, L->k, (size_t)(L->cap * kw) * sizeof(float),
+                                cudaMemcpyDeviceToDevice));
+    if (L->v)
+        GC_GOTO(err, cudaMemcpy(v, L->v, (size_t)(L->cap * vw) * sizeof(float),
+                                cudaMemcpyDeviceToDevice));
+done:
     if (rc) {
         cudaFree(k);
+        cudaFree(v);
         return rc;
     }
-    if (L->k)
-        GC_TRY(err, cudaMemcpy(k, L->k, (size_t)(L->cap * kw) * sizeof(float),
-                               cudaMemcpyDeviceToDevice));
-    if (L->v)
-        GC_TRY(err, cudaMemcpy(v, L->v, (size_t)(L->cap * vw) * sizeof(float),
-                               cudaMemcpyDeviceToDevice));
     cudaFree(L->k);
     cudaFree(L->v);
     L->k = k;
@@ -319,12 +334,12 @@ static int tc_attn_gqa(gguf_cuda_tp *c, int64_t il, int pairs, double scale, con
         fk_rope(kc, n, nkv, L->kw, dk, cs, half, pairs == GGUF_ROPE_HALF, c->s);
         const int64_t dvh = vw / nkv; /* value width per kv head on this rank */
         if (dvh >= dv) {
-            GC_TRY(err, cudaMalloc((void **)&scr,
+            GC_GOTO(err, cudaMalloc((void **)&scr,
                                    (size_t)(n * nh * (c->n_past + n)) * sizeof(double)));
             fk_attn_args a = {o, nh * dv, q, nh * dk, dk, L->k, L->kw, dk, L->v, L->vw, dvh,
                               n, nh, nkv, dk, dv, c->n_past, scale, scr};
             fk_attn(&a, c->s);
-            GC_TRY(err, cudaGetLastError());
+            GC_GOTO(err, cudaGetLastError());
         }
         rc = tc_mm(c, part, E, o, nh * dv, &wo, NULL, n, err);
     }
@@ -434,9 +449,9 @@ static int tc_attn_mla(gguf_cuda_tp *c, int64_t il, int pairs, double scale, con
             (rc = tc_alloc(&kx, nk_all * nh * dk, err)) ||
             (rc = tc_alloc(&vx, nk_all * nh * dv, err)))
             goto done;
-        GC_TRY(err, cudaMemcpy(kb, hkb, (size_t)(nh * R * nope) * sizeof(float),
+        GC_GOTO(err, cudaMemcpy(kb, hkb, (size_t)(nh * R * nope) * sizeof(float),
                                cudaMemcpyHostToDevice));
-        GC_TRY(err, cudaMemcpy(vb, hvb, (size_t)(nh * dv * R) * sizeof(float),
+        GC_GOTO(err, cudaMemcpy(vb, hvb, (size_t)(nh * dv * R) * sizeof(float),
                                cudaMemcpyHostToDevice));
         const float one = 1.0f, zero = 0.0f;
         if ((rc = tc_blas(err,
@@ -453,15 +468,15 @@ static int tc_attn_mla(gguf_cuda_tp *c, int64_t il, int pairs, double scale, con
                           "MLA v expansion")))
             goto done;
         for (int64_t h = 0; h < nh; h++)
-            GC_TRY(err, cudaMemcpy2DAsync(kx + h * dk + nope, (size_t)(nh * dk) * sizeof(float),
+            GC_GOTO(err, cudaMemcpy2DAsync(kx + h * dk + nope, (size_t)(nh * dk) * sizeof(float),
                                           L->k + R, (size_t)KW * sizeof(float),
                                           (size_t)rp * sizeof(float), (size_t)nk_all,
                                           cudaMemcpyDeviceToDevice, c->s));
-        GC_TRY(err, cudaMalloc((void **)&scr, (size_t)(n * nh * nk_all) * sizeof(double)));
+        GC_GOTO(err, cudaMalloc((void **)&scr, (size_t)(n * nh * nk_all) * sizeof(double)));
         fk_attn_args a = {o, nh * dv, q, nh * dk, dk, kx, nh * dk, dk, vx, nh * dv, dv,
                           n, nh, nh, dk, dv, c->n_past, scale, scr};
         fk_attn(&a, c->s);
-        GC_TRY(err, cudaGetLastError());
+        GC_GOTO(err, cudaGetLastError());
         rc = tc_mm(c, part, E, o, nh * dv, &wo, NULL, n, err);
     }
 done:
@@ -596,7 +611,7 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
     }
     if ((rc = tc_alloc(&dlog, n * ne, err)) || (rc = tc_mm(c, dlog, ne, x, E, &gi, NULL, n, err)))
         goto done;
-    GC_TRY(err, cudaMemcpy(hlog, dlog, (size_t)(n * ne) * sizeof(float), cudaMemcpyDeviceToHost));
+    GC_GOTO(err, cudaMemcpy(hlog, dlog, (size_t)(n * ne) * sizeof(float), cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < n * ne; i++)
         logits[i] = hlog[i];
     if (bt.h && c->rt.use_exp_probs_b) {
@@ -642,8 +657,8 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
             (rc = tc_alloc((float **)&drows, n * nu + 1, err)) ||
             (rc = tc_alloc(&dw, n * nu + 1, err)))
             goto done;
-        GC_TRY(err, cudaMalloc((void **)&acc, (size_t)(n * E) * sizeof(double)));
-        GC_TRY(err, cudaMemset(acc, 0, (size_t)(n * E) * sizeof(double)));
+        GC_GOTO(err, cudaMalloc((void **)&acc, (size_t)(n * E) * sizeof(double)));
+        GC_GOTO(err, cudaMemset(acc, 0, (size_t)(n * E) * sizeof(double)));
         for (int64_t e = first; e < end; e++) {
             const int64_t le = e - first;
             if (le >= nloc || le >= de.ne[2])
@@ -658,15 +673,15 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
                     }
             if (m == 0)
                 continue;
-            GC_TRY(err, cudaMemcpy(drows, rows, (size_t)m * sizeof(int32_t),
+            GC_GOTO(err, cudaMemcpy(drows, rows, (size_t)m * sizeof(int32_t),
                                    cudaMemcpyHostToDevice));
-            GC_TRY(err, cudaMemcpy(dw, roww, (size_t)m * sizeof(float), cudaMemcpyHostToDevice));
+            GC_GOTO(err, cudaMemcpy(dw, roww, (size_t)m * sizeof(float), cudaMemcpyHostToDevice));
             fk_gather(xs, x, drows, m, E, c->s);
             if ((rc = tc_swiglu(c, ge.d + le * ffl * E, ue.d + le * ffl * E, ffl,
                                 de.d + le * ffd * E, ffd, xs, m, ys, err)))
                 goto done;
             fk_moe_acc(acc, ys, drows, dw, m, E, c->s);
-            GC_TRY(err, cudaStreamSynchronize(c->s)); /* rows/roww are refilled next */
+            GC_GOTO(err, cudaStreamSynchronize(c->s)); /* rows/roww are refilled next */
         }
         fk_acc_out(moe_part, acc, NULL, n * E, c->s);
     }
@@ -679,7 +694,7 @@ static int tc_ffn_moe(gguf_cuda_tp *c, int64_t il, const float *x, int64_t n, fl
         if (c->rt.shared_scale != 1.0 && c->rt.shared_scale != 0.0)
             fk_scale(sh_part, n * E, c->rt.shared_scale, c->s);
     }
-    GC_TRY(err, cudaGetLastError());
+    GC_GOTO(err, cudaGetLastError());
 done:
     cudaStreamSynchronize(c->s);
     tw_free(&gi);
@@ -767,7 +782,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
         tw_free(&te);
         if ((rc = tc_allreduce(c, part, n * E, true, err)))
             goto done;
-        GC_TRY(err, cudaMemcpy(x, part, (size_t)(n * E) * sizeof(float), cudaMemcpyDeviceToDevice));
+        GC_GOTO(err, cudaMemcpy(x, part, (size_t)(n * E) * sizeof(float), cudaMemcpyDeviceToDevice));
     }
     for (int64_t il = 0; il < hp->n_layer_main; il++) {
         const int L = (int)il;
@@ -778,7 +793,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
         tw_free(&nw);
         if (rc || (rc = tc_capture(c, L, GGUF_CAP_ATTN_NORM, cur, NULL, E, n, err)))
             goto done;
-        GC_TRY(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
+        GC_GOTO(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
         rc = hp->is_mla ? tc_attn_mla(c, il, rope.type, scale, cs, half, cur, n, part, err)
                         : tc_attn_gqa(c, il, rope.type, scale, cs, half, cur, n, part, err);
         if (rc)
@@ -798,8 +813,8 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
         tw_free(&nw);
         if (rc || (rc = tc_capture(c, L, GGUF_CAP_FFN_NORM, cur, NULL, E, n, err)))
             goto done;
-        GC_TRY(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
-        GC_TRY(err, cudaMemset(part2, 0, (size_t)(n * E) * sizeof(float)));
+        GC_GOTO(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
+        GC_GOTO(err, cudaMemset(part2, 0, (size_t)(n * E) * sizeof(float)));
         bool red_moe = true, red_sh = true, has_sh = false;
         if (gguf_model_layer_kind(c->m, il) == GGUF_LAYER_MOE)
             rc = tc_ffn_moe(c, il, cur, n, part, part2, &red_moe, &red_sh, &has_sh, err);
@@ -849,7 +864,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
             goto done;
         }
         tw_free(&wo);
-        GC_TRY(err, cudaStreamSynchronize(c->s));
+        GC_GOTO(err, cudaStreamSynchronize(c->s));
         if ((rc = gguf_nccl_all_gather(c->comm, lr, lall, (size_t)(n * rmax),
                                        (gguf_cuda_stream *)c->s, err)))
             goto done;
@@ -859,7 +874,7 @@ static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *log
             rc = fw_nomem(err, "logits");
             goto done;
         }
-        GC_TRY(err, cudaMemcpy(hl, lall, (size_t)(c->tp * n * rmax) * sizeof(float),
+        GC_GOTO(err, cudaMemcpy(hl, lall, (size_t)(c->tp * n * rmax) * sizeof(float),
                                cudaMemcpyDeviceToHost));
         int64_t off = 0;
         for (int q = 0; q < c->tp; q++) {

@@ -11,6 +11,7 @@
  * record is as atomic as a plain one.
  */
 #include "error_internal.h"
+#include "gguf/output.h"
 #include "gguf/record.h"
 #include "gguf/write.h"
 
@@ -411,26 +412,11 @@ done:
     return rc;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? errno : EIO;
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Compress the finished plain record at raw into path, atomically. */
 static int compress_into_place(gguf_record_writer *w, const char *raw, gguf_error *err)
 {
-    int rc = GGUF_OK, e = 0, in_fd = -1, out_fd = -1;
-    char *tmp = NULL;
+    int rc = GGUF_OK, in_fd = -1;
+    gguf_output *out = NULL;
     void *map = MAP_FAILED;
     size_t size = 0;
     ZSTD_CCtx *cctx = NULL;
@@ -448,7 +434,8 @@ static int compress_into_place(gguf_record_writer *w, const char *raw, gguf_erro
         rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: cannot map the plain record", raw);
         goto done;
     }
-    if ((rc = temp_beside(w->path, ".tmp", &tmp, &out_fd, err)))
+    gguf_output_opts oo = {.overwrite = w->opts.overwrite, .no_sync = w->opts.no_sync};
+    if ((rc = gguf_output_create(&out, w->path, &oo, err)))
         goto done;
     cctx = ZSTD_createCCtx();
     size_t ocap = ZSTD_CStreamOutSize();
@@ -474,51 +461,14 @@ static int compress_into_place(gguf_record_writer *w, const char *raw, gguf_erro
                            ZSTD_getErrorName(left));
             goto done;
         }
-        if ((e = write_all(out_fd, obuf, ob.pos))) {
-            rc = gguf_fail_errno(err, e == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, e,
-                                 "%s: cannot write", tmp);
+        if ((rc = gguf_output_write(out, obuf, ob.pos, err)))
             goto done;
-        }
         if (!left)
             break;
     }
-    if (!w->opts.no_sync && fsync(out_fd) != 0) {
-        rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: fsync failed", tmp);
-        goto done;
-    }
-    if (w->opts.overwrite) {
-        if (rename(tmp, w->path) != 0)
-            rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: cannot rename into place", w->path);
-    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, w->path, RENAME_NOREPLACE) != 0) {
-        e = errno;
-        if (e == EEXIST)
-            rc = gguf_fail(err, GGUF_E_EXISTS, GGUF_NO_OFFSET,
-                           "%s: the output appeared while writing; not replacing it", w->path);
-        else if ((e == EINVAL || e == ENOSYS) && link(tmp, w->path) == 0)
-            unlink(tmp);
-        else
-            rc = gguf_fail_errno(err, GGUF_E_IO, e, "%s: cannot rename into place", w->path);
-    }
-    if (!rc) {
-        free(tmp);
-        tmp = NULL; /* in place: nothing to clean up */
-        if (!w->opts.no_sync) {
-            char *copy = strdup(w->path);
-            int dfd = copy ? open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-            if (dfd >= 0) {
-                fsync(dfd);
-                close(dfd);
-            }
-            free(copy);
-        }
-    }
+    rc = gguf_output_commit(out, err);
 done:
-    if (tmp) {
-        unlink(tmp);
-        free(tmp);
-    }
-    if (out_fd >= 0)
-        close(out_fd);
+    gguf_output_free(out);
     if (map != MAP_FAILED)
         munmap(map, size);
     if (in_fd >= 0)

@@ -17,7 +17,8 @@ static int classify(int rc, const char *failed, gguf_error *err)
 {
     struct stat st;
     if (rc == GGUF_E_IO && failed && stat(failed, &st) == 0 && !S_ISREG(st.st_mode)) {
-        err->code = GGUF_E_INVALID;
+        if (err)
+            err->code = GGUF_E_INVALID; /* the message stays the one of the open */
         return GGUF_E_INVALID;
     }
     return rc;

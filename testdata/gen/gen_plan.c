@@ -1,5 +1,6 @@
 /* The plan of a model: metadata pairs and tensor descriptions, owned. */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,16 +8,12 @@
 
 int gen_fail(gguf_error *err, int code, const char *fmt, ...)
 {
-    if (err) {
-        memset(err, 0, sizeof *err);
-        err->code = code;
-        err->offset = GGUF_NO_OFFSET;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
+    char msg[sizeof err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return gguf_error_setf(err, code, 0, "%s", msg);
 }
 
 void gen_plan_init(gen_plan *p) { memset(p, 0, sizeof *p); }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "refwd_compare.h"
+#include "gguf/output.h"
 #include "gguf/record.h"
 
 /* Rank colours (no red: red means "over tolerance"). */
@@ -403,53 +404,17 @@ static void write_page(FILE *f, const gguf_record *a, const gguf_record *b,
 int refwd_compare_write_html(const char *path, const gguf_record *a, const gguf_record *b,
                              const gguf_cmp_result *res, gguf_error *err)
 {
-    /* Temp file beside the output, then rename: no half-written report. */
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n), *copy = strdup(path), *copy2 = strdup(path);
-    int rc = 0, fd = -1;
-    FILE *f = NULL;
-    if (!tmp || !copy || !copy2) {
-        rc = GGUF_E_NOMEM;
-        snprintf(err->message, sizeof err->message, "out of memory");
-        goto done;
+    /* gguf/output.h: no half-written report, whatever happens */
+    gguf_output *o = NULL;
+    gguf_output_opts oo = {.overwrite = true};
+    int rc = gguf_output_create(&o, path, &oo, err);
+    FILE *f = rc ? NULL : gguf_output_stream(o);
+    if (!rc && !f)
+        rc = gguf_error_setf(err, GGUF_E_NOMEM, 0, "%s: out of memory", path);
+    if (!rc) {
+        write_page(f, a, b, res);
+        rc = gguf_output_commit(o, err);
     }
-    snprintf(tmp, n, "%s/.%s.XXXXXX", dirname(copy), basename(copy2));
-    fd = mkstemp(tmp);
-    if (fd < 0 || !(f = fdopen(fd, "w"))) {
-        rc = errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO;
-        snprintf(err->message, sizeof err->message, "%s: cannot create a temporary file: %s",
-                 path, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        goto done;
-    }
-    fchmod(fd, 0644);
-    write_page(f, a, b, res);
-    if (fflush(f) != 0 || ferror(f) || fsync(fd) != 0) {
-        rc = errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO;
-        snprintf(err->message, sizeof err->message, "%s: cannot write: %s", path,
-                 strerror(errno));
-        fclose(f);
-        unlink(tmp);
-        goto done;
-    }
-    fclose(f);
-    if (rename(tmp, path) != 0) {
-        rc = GGUF_E_IO;
-        snprintf(err->message, sizeof err->message, "%s: cannot rename into place: %s", path,
-                 strerror(errno));
-        unlink(tmp);
-    }
-done:
-    if (rc) {
-        err->code = rc;
-        err->offset = GGUF_NO_OFFSET;
-        err->sys_errno = 0;
-    }
-    free(tmp);
-    free(copy);
-    free(copy2);
+    gguf_output_free(o);
     return rc;
 }
