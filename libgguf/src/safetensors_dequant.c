@@ -216,10 +216,13 @@ static int fp8_scaled(gguf_st_weight *w, const gguf_st_tensor *sc, const gguf_st
     (void)batch;
     if (sr < 1 || scn < 1)
         goto bad;
-    if (q && q->block[0] > 0 && q->block[1] > 0 &&
-        !(sr == 1 && scn == 1) && !(scn == 1 && sr == R)) {
+    /* the block: configured; else DeepSeek's 128 x 128 where the grid fits it; else the
+     * smallest block the grid implies (a per-channel [R, 1] scale gives 1 x C) */
+    if (q && q->block[0] > 0 && q->block[1] > 0 && !(scn == 1 && sr == R)) {
         w->block_rows = q->block[0];
         w->block_cols = q->block[1];
+    } else if (ceil_div(R, 128) == sr && ceil_div(C, 128) == scn && !(scn == 1 && sr == R)) {
+        w->block_rows = w->block_cols = 128;
     } else {
         w->block_rows = ceil_div(R, sr);
         w->block_cols = ceil_div(C, scn);

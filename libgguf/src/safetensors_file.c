@@ -260,6 +260,8 @@ static int parse_header(gguf_st_file *f, gguf_error *err)
         return gguf_fail(err, GGUF_E_NOT_GGUF, 0,
                          "%s: %llu bytes: too small for a safetensors file", path,
                          (unsigned long long)f->size);
+    if (!memcmp(f->base, "GGUF", 4))
+        return gguf_fail(err, GGUF_E_NOT_GGUF, 0, "%s: a GGUF file, not safetensors", path);
     uint64_t n = 0;
     memcpy(&n, f->base, 8);
     if (n > GGUF_ST_MAX_HEADER)
