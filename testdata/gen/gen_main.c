@@ -263,15 +263,16 @@ int main(int argc, char **argv)
         const char *arg = NULL;
         int c = cli_next(&spec, sub_argc, sub_argv, &arg, &oi);
         if (c == -1) {
-            if (oi >= sub_argc)
-                break;
-            if (n_pos == 3) {
-                rc = usage_error("too many arguments (%s)", sub_argv[oi]);
-                goto done;
+            /* getopt has permuted every option before the positionals: they are the rest
+             * (setting optind past one of them would make glibc rewind to it) */
+            for (; oi < sub_argc; oi++) {
+                if (n_pos == 3) {
+                    rc = usage_error("too many arguments (%s)", sub_argv[oi]);
+                    goto done;
+                }
+                pos[n_pos++] = sub_argv[oi];
             }
-            pos[n_pos++] = sub_argv[oi];
-            optind = oi + 1; /* continue after the positional */
-            continue;
+            break;
         }
         switch (c) {
         case O_ARCH:

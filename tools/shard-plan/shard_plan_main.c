@@ -94,14 +94,14 @@ int main(int argc, char **argv)
     for (;;) {
         c = cli_next(&SPEC, argc, argv, &arg, &optind_);
         if (c == -1) {
-            /* options may follow the model: collect it and keep parsing */
-            if (optind_ >= argc)
-                break;
-            if (n_pos < 8)
-                pos[n_pos] = argv[optind_];
-            n_pos++;
-            optind = optind_ + 1;
-            continue;
+            /* getopt has permuted every option before the positionals: they are the rest
+             * (setting optind past one of them would make glibc rewind to it) */
+            for (; optind_ < argc; optind_++) {
+                if (n_pos < 8)
+                    pos[n_pos] = argv[optind_];
+                n_pos++;
+            }
+            break;
         }
         switch (c) {
         case OPT_TP:
