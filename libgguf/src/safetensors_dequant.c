@@ -49,7 +49,10 @@ float gguf_fp8_e5m2_to_fp32(uint8_t x)
 
 float gguf_fp4_e2m1_to_fp32(uint8_t nibble)
 {
-    return (float)gguf_fp4_e2m1_x2[nibble & 15] * 0.5f;
+    /* from the magnitude and the sign bit: nibble 8 is -0 (the shared table's int8
+     * doubled values cannot say so) */
+    const float m = (float)gguf_fp4_e2m1_x2[nibble & 7] * 0.5f;
+    return nibble & 8 ? -m : m;
 }
 
 static float e8m0_to_fp32(uint8_t e)

@@ -142,6 +142,7 @@ START_TEST(fp8_conversions)
     static const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
     for (int i = 0; i < 16; i++)
         ck_assert(gguf_fp4_e2m1_to_fp32((uint8_t)i) == (i & 8 ? -e2m1[i & 7] : e2m1[i & 7]));
+    ck_assert(signbit(gguf_fp4_e2m1_to_fp32(8)));
 }
 END_TEST
 

@@ -313,7 +313,7 @@ int gguf_st_tensor_to_f32(const gguf_st_tensor *t, int64_t i0, int64_t n, float 
 float gguf_fp8_e4m3_to_fp32(uint8_t x);
 /* E5M2 -> float: the top byte of an IEEE half (Inf and NaN as in half). */
 float gguf_fp8_e5m2_to_fp32(uint8_t x);
-/* E2M1 nibble -> float: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives (bit 3). */
+/* E2M1 nibble -> float: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (bit 3; 8 is -0). */
 float gguf_fp4_e2m1_to_fp32(uint8_t nibble);
 
 #ifdef __cplusplus
