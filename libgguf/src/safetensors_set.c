@@ -229,6 +229,17 @@ static int open_index(gguf_st_set *s, const char *index_path, gguf_error *err)
             goto done;
         }
     }
+    /* and every tensor of the files in the map: the index is the checkpoint's list */
+    for (uint32_t i = 0; i < s->n_files; i++) {
+        const gguf_st_file *f = s->files[i];
+        for (int64_t k = 0; k < f->n_tensors; k++)
+            if (!json_object_get(wm, f->tensors[k].name)) {
+                rc = gguf_fail(err, GGUF_E_SPLIT, f->tensors[k].file_offset,
+                               "%s: weight_map: %s of %s is not listed", index_path,
+                               f->tensors[k].name, f->path);
+                goto done;
+            }
+    }
 done:
     free(names);
     json_decref(root);

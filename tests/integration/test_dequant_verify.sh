@@ -221,6 +221,41 @@ assert 'reference' not in t['blk.0.attn_k_b.weight']" && pass || fail "reference
     contains "$T/err" "broken.safetensors"
 fi
 
+# ---- block-scaled FP8 and NVFP4 references (gguf-gen hf), kv_b_proj included ----
+"$GEN" model -q --no-sync --arch deepseek2 --type F32 --seed 1 "$T/ds1.gguf" || fail "gguf-gen ds1"
+"$GEN" model -q --no-sync --arch deepseek2 --type F32 --seed 2 "$T/ds2.gguf" || fail "gguf-gen ds2"
+for fmt in fp8 nvfp4; do
+    "$GEN" hf -q "$T/ds1.gguf" "$T/ref-$fmt" --format "$fmt" || fail "gguf-gen hf $fmt"
+    expect 0 "$V" -q --reference "$T/ref-$fmt" "$T/ds1.gguf"
+    contains "$T/out" "0 failed, 0 missing"
+    expect 0 "$V" -q --reference "$T/ref-$fmt/model.safetensors.index.json" "$T/ds1.gguf"
+    expect 0 "$V" --json --reference "$T/ref-$fmt" "$T/ds1.gguf"
+    python3 -c "
+import json, sys; d = json.load(open('$T/out'))
+k = d['kv_b_proj'][0]['reference']
+assert k['status'] == 'ok' and k['ref_format'] == {'fp8': 'fp8-scaled', 'nvfp4': 'nvfp4'}['$fmt'], k
+t = {x['name']: x for x in d['tensors']}
+r = t['blk.0.attn_q_b.weight']['reference']
+assert r['ref_dtype'] == {'fp8': 'F8_E4M3', 'nvfp4': 'U8'}['$fmt'] and r['status'] == 'ok', r" \
+        && pass || fail "$fmt reference JSON"
+    # other weights: every projection, and kv_b_proj, named as differing; exit 1
+    expect 1 "$V" -q --reference "$T/ref-$fmt" "$T/ds2.gguf"
+    contains "$T/out" "blk.0 kv_b_proj (attn_k_b + attn_v_b): vs kv_b_proj"
+    contains "$T/out" "vs model.layers.1.mlp.experts.*.down_proj.weight"
+    contains "$T/out" "FAIL"
+done
+# an index that omits a scale its file holds is inconsistent: refused by name (exit 2)
+python3 - "$T" <<'EOF' || fail "dropping a scale"
+import json, sys
+T = sys.argv[1]
+p = f"{T}/ref-fp8/model.safetensors.index.json"
+idx = json.load(open(p))
+idx["weight_map"].pop("model.layers.0.self_attn.q_b_proj.weight_scale_inv")
+json.dump(idx, open(p, "w"))
+EOF
+expect 2 "$V" -q --reference "$T/ref-fp8/model.safetensors.index.json" "$T/ds1.gguf"
+contains "$T/err" "q_b_proj.weight_scale_inv"
+
 # ---- real converter output against the original HF weights (../shared) ----
 if [ -n "$SHARED" ] && [ -d "$SHARED/hf/deepseek_v3" ]; then
     for m in deepseek_v3 llama; do

@@ -538,6 +538,11 @@ START_TEST(index_and_config)
     ck_assert_int_eq(gguf_st_set_open(&s, dir, &err), GGUF_E_SPLIT);
     ck_assert(strstr(err.message, "weight_map.z.weight: not in model-00002-of-00002"));
     write_text(dir, "model.safetensors.index.json",
+               "{\"weight_map\":{\"b.weight\":\"model-00002-of-00002.safetensors\"}}");
+    ck_assert_int_eq(gguf_st_set_open(&s, dir, &err), GGUF_E_SPLIT);
+    ck_assert(strstr(err.message, "c.weight of"));
+    ck_assert(strstr(err.message, "is not listed"));
+    write_text(dir, "model.safetensors.index.json",
                "{\"weight_map\":{\"b.weight\":\"../etc/model.safetensors\"}}");
     ck_assert_int_eq(gguf_st_set_open(&s, dir, &err), GGUF_E_SPLIT);
     write_text(dir, "model.safetensors.index.json", "{\"weight_map\":[]}");

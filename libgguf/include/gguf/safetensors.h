@@ -36,7 +36,8 @@
  *     in name order;
  *   - INDEX.json: {"metadata": {...}, "weight_map": {"NAME": "FILE", ...}};
  *     every FILE (a plain name in the index's folder) is opened, every NAME
- *     must be in its FILE, no name in two files (GGUF_E_SPLIT otherwise).
+ *     must be in its FILE, and every tensor of the files in the map
+ *     (GGUF_E_SPLIT otherwise); no name in two files.
  * Beside the files, the folder's config.json ("quantization_config") and
  * hf_quant_config.json (NVIDIA ModelOpt) say how weights are quantized.
  *
@@ -210,7 +211,7 @@ typedef struct gguf_st_set gguf_st_set;
  * @return 0; the codes of gguf_st_file_open for the failing file;
  *   GGUF_E_NOT_FOUND  no such path, or a folder without safetensors files;
  *   GGUF_E_SPLIT      an index whose weight_map names a tensor its file
- *                     lacks, or a file name with a '/';
+ *                     lacks, or omits one a file holds, or a file name with a '/';
  *   GGUF_E_DUPLICATE  a tensor name in two files;
  *   GGUF_E_BAD_VALUE  an index, config.json or hf_quant_config.json that is
  *                     not the expected JSON (named with the key);
