@@ -237,4 +237,7 @@ uint32_t gen_file_type(uint32_t weight_type);
 int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_override, bool gpt2,
                       char *msg, size_t msg_size);
 
+/* gguf-gen hf: the HF safetensors checkpoint of a GGUF (gen_st.c). */
+int gen_hf_main(int argc, char **argv);
+
 #endif

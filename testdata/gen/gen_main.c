@@ -82,7 +82,7 @@ static const cli_opt opts[] = {
 
 static const cli_spec spec = {
     GEN_TOOL,
-    "model [OPTIONS] OUT.gguf | replica [OPTIONS] MAP OUT.gguf | archs | types",
+    "model [OPTIONS] OUT.gguf | replica [OPTIONS] MAP OUT.gguf | hf MODEL.gguf OUT_DIR | archs | types",
     "Write GGUF test models with deterministic pseudo-random weights: any architecture of the "
     "model module, any sizes and tensor types, single files or split sets. 'replica' builds "
     "a header-faithful copy of a real model from its tensor map (sparse: no disk used). The "
@@ -92,7 +92,8 @@ static const cli_spec spec = {
     "  gguf-gen model --arch deepseek2 --type Q4_K --type-map 'attn_k_b=Q8_0' ds.gguf\n"
     "  gguf-gen model --arch glm-dsa --layers 3 --split-max-tensors 40 glm.gguf\n"
     "  gguf-gen model --arch llama --preset 1b --type Q8_0 llama-1b.gguf\n"
-    "  gguf-gen replica ../shared/testdata/tensor-maps/GLM-5.1-Q4_K.map glm51.gguf\n",
+    "  gguf-gen replica ../shared/testdata/tensor-maps/GLM-5.1-Q4_K.map glm51.gguf\n"
+    "  gguf-gen hf ds.gguf ds-fp8/ --format fp8     (see gguf-gen hf --help)\n",
 };
 
 static volatile sig_atomic_t cancel_flag;
@@ -238,9 +239,11 @@ int main(int argc, char **argv)
                 printf("%s\n", gguf_type_name(t));
         return 0;
     }
+    if (!strcmp(cmd, "hf"))
+        return gen_hf_main(argc - 1, argv + 1);
     bool model = !strcmp(cmd, "model"), replica = !strcmp(cmd, "replica");
     if (!model && !replica)
-        return usage_error("unknown command '%s' (model, replica, archs, types)", cmd);
+        return usage_error("unknown command '%s' (model, replica, hf, archs, types)", cmd);
 
     gen_model_opts m = {0};
     m.q_lora = m.dense_layers = m.shared_experts = m.nextn = GEN_UNSET;
@@ -263,15 +266,16 @@ int main(int argc, char **argv)
         const char *arg = NULL;
         int c = cli_next(&spec, sub_argc, sub_argv, &arg, &oi);
         if (c == -1) {
-            if (oi >= sub_argc)
-                break;
-            if (n_pos == 3) {
-                rc = usage_error("too many arguments (%s)", sub_argv[oi]);
-                goto done;
+            /* getopt has permuted every option before the positionals: they are the rest
+             * (setting optind past one of them would make glibc rewind to it) */
+            for (; oi < sub_argc; oi++) {
+                if (n_pos == 3) {
+                    rc = usage_error("too many arguments (%s)", sub_argv[oi]);
+                    goto done;
+                }
+                pos[n_pos++] = sub_argv[oi];
             }
-            pos[n_pos++] = sub_argv[oi];
-            optind = oi + 1; /* continue after the positional */
-            continue;
+            break;
         }
         switch (c) {
         case O_ARCH:

@@ -26,7 +26,7 @@ if [ ! -x "$BUILD/tests/test_cuda_dequant" ]; then
     step "build $BUILD (sm_90)"
     { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=ON -DGGUFKIT_CUDA_ARCHITECTURES=90-real \
         -DCMAKE_BUILD_TYPE=Release &&
-      cmake --build "$BUILD" -j"$(nproc)" --target test_cuda_dequant test_cuda_upload bench_cuda_dequant \
+      cmake --build "$BUILD" -j"$(nproc)" --target test_cuda_dequant test_cuda_upload test_cuda_st_dequant bench_cuda_dequant \
         bench_cuda_upload gguf-dequant-verify; } \
         > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 3; }
 fi
@@ -39,7 +39,7 @@ if command -v cuobjdump > /dev/null; then
     grep -o 'STACK:[1-9][0-9]*' "$OUT/resources.txt" | sort | uniq -c | head -3
 fi
 
-for t in test_cuda_dequant test_cuda_upload; do
+for t in test_cuda_dequant test_cuda_upload test_cuda_st_dequant; do
     [ -x "$BUILD/tests/$t" ] || continue
     step "$t"
     "$BUILD/tests/$t" 2>&1 | tee "$OUT/$t.log" | grep -v '^MISMATCH' | tail -20

@@ -141,11 +141,15 @@ assert s['nan_scale'] == 1 and s['zero_scale'] == 1 and t['q8_nan_scale']['nan']
 assert d['summary']['ok'] is False or d['summary']['nonfinite_tensors'] == 2" && pass || fail "non-finite JSON"
 fi
 
-# ---- --gpu: skipped with a clear message where unavailable, never a failure by itself ----
-expect 0 "$V" --gpu -q "$T/m_Q8_0.gguf"
+# ---- --gpu: no GPU is an environment error (3) unless --gpu auto (then a skip, exit 0) ----
+expect 0 "$V" --gpu auto -q "$T/m_Q8_0.gguf"
 if ! grep -q "GPU: equal" "$T/out"; then
-    contains "$T/err" "--gpu: skipped:"
+    contains "$T/err" "--gpu auto: skipped:"
+    expect 3 "$V" --gpu -q "$T/m_Q8_0.gguf"
+    contains "$T/err" "use --gpu auto"
+    expect 0 "$V" -q --gpu=auto "$T/m_Q8_0.gguf"
 fi
+expect 2 "$V" --gpu=always "$T/m_Q8_0.gguf"
 
 # ---- --reference against safetensors we write here (always runs with python) ----
 if [ "$have_py" = 1 ]; then
@@ -193,15 +197,14 @@ write(f"{T}/bad_kvb.gguf", k_b[[1, 0, 2, 3]].copy(), v_b, up)      # two heads o
 write(f"{T}/bad_kb_t.gguf", np.ascontiguousarray(kv[:, :NOPE, :]).reshape(H, LORA, NOPE), v_b, up)  # no transpose
 EOF
     expect 0 "$V" --reference "$T/ref.safetensors" "$T/good.gguf"
-    contains "$T/out" "kv_b_proj (attn_k_b + attn_v_b): SNR"
-    contains "$T/out" "split back exact"
+    contains "$T/out" "kv_b_proj (attn_k_b + attn_v_b): vs kv_b_proj (F32): SNR"
     contains "$T/out" "reference: 3 ok, 0 failed"
     expect 0 "$V" --json --reference "$T" "$T/good.gguf"   # a folder works too
     python3 -c "
 import json; d = json.load(open('$T/out'))
 k = d['kv_b_proj'][0]
-assert k['layer'] == 0 and k['roundtrip_exact'] and k['reference']['status'] == 'ok'
-assert k['reference']['snr_db'] > 30, k
+assert k['layer'] == 0 and k['reference']['status'] == 'ok' and 'roundtrip_exact' not in k
+assert k['reference']['snr_db'] > 30 and k['reference']['ref_dtype'] == 'F32', k
 t = {x['name']: x for x in d['tensors']}
 assert t['blk.0.ffn_up_exps.weight']['reference']['hf_name'] == 'model.layers.0.mlp.experts.*.up_proj.weight'
 assert 'reference' not in t['blk.0.attn_k_b.weight']" && pass || fail "reference JSON"
@@ -209,7 +212,7 @@ assert 'reference' not in t['blk.0.attn_k_b.weight']" && pass || fail "reference
     contains "$T/out" "FAIL"
     contains "$T/out" "reference: 2 ok, 1 failed"
     expect 1 "$V" --reference "$T/ref.safetensors" "$T/bad_kvb.gguf"
-    contains "$T/out" "kv_b_proj (attn_k_b + attn_v_b): SNR"
+    contains "$T/out" "kv_b_proj (attn_k_b + attn_v_b): vs kv_b_proj (F32): SNR"
     contains "$T/out" "FAIL"
     expect 1 "$V" --reference "$T/ref.safetensors" "$T/bad_kb_t.gguf"
     expect 2 "$V" --reference "$T/nonexistent.safetensors" "$T/good.gguf"
@@ -217,6 +220,41 @@ assert 'reference' not in t['blk.0.attn_k_b.weight']" && pass || fail "reference
     expect 2 "$V" --reference "$T/broken.safetensors" "$T/good.gguf"
     contains "$T/err" "broken.safetensors"
 fi
+
+# ---- block-scaled FP8 and NVFP4 references (gguf-gen hf), kv_b_proj included ----
+"$GEN" model -q --no-sync --arch deepseek2 --type F32 --seed 1 "$T/ds1.gguf" || fail "gguf-gen ds1"
+"$GEN" model -q --no-sync --arch deepseek2 --type F32 --seed 2 "$T/ds2.gguf" || fail "gguf-gen ds2"
+for fmt in fp8 nvfp4; do
+    "$GEN" hf -q "$T/ds1.gguf" "$T/ref-$fmt" --format "$fmt" || fail "gguf-gen hf $fmt"
+    expect 0 "$V" -q --reference "$T/ref-$fmt" "$T/ds1.gguf"
+    contains "$T/out" "0 failed, 0 missing"
+    expect 0 "$V" -q --reference "$T/ref-$fmt/model.safetensors.index.json" "$T/ds1.gguf"
+    expect 0 "$V" --json --reference "$T/ref-$fmt" "$T/ds1.gguf"
+    python3 -c "
+import json, sys; d = json.load(open('$T/out'))
+k = d['kv_b_proj'][0]['reference']
+assert k['status'] == 'ok' and k['ref_format'] == {'fp8': 'fp8-scaled', 'nvfp4': 'nvfp4'}['$fmt'], k
+t = {x['name']: x for x in d['tensors']}
+r = t['blk.0.attn_q_b.weight']['reference']
+assert r['ref_dtype'] == {'fp8': 'F8_E4M3', 'nvfp4': 'U8'}['$fmt'] and r['status'] == 'ok', r" \
+        && pass || fail "$fmt reference JSON"
+    # other weights: every projection, and kv_b_proj, named as differing; exit 1
+    expect 1 "$V" -q --reference "$T/ref-$fmt" "$T/ds2.gguf"
+    contains "$T/out" "blk.0 kv_b_proj (attn_k_b + attn_v_b): vs kv_b_proj"
+    contains "$T/out" "vs model.layers.1.mlp.experts.*.down_proj.weight"
+    contains "$T/out" "FAIL"
+done
+# an index that omits a scale its file holds is inconsistent: refused by name (exit 2)
+python3 - "$T" <<'EOF' || fail "dropping a scale"
+import json, sys
+T = sys.argv[1]
+p = f"{T}/ref-fp8/model.safetensors.index.json"
+idx = json.load(open(p))
+idx["weight_map"].pop("model.layers.0.self_attn.q_b_proj.weight_scale_inv")
+json.dump(idx, open(p, "w"))
+EOF
+expect 2 "$V" -q --reference "$T/ref-fp8/model.safetensors.index.json" "$T/ds1.gguf"
+contains "$T/err" "q_b_proj.weight_scale_inv"
 
 # ---- real converter output against the original HF weights (../shared) ----
 if [ -n "$SHARED" ] && [ -d "$SHARED/hf/deepseek_v3" ]; then

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 int cli_verbosity = 1;
+const char *cli_quiet_help;
 
 static const cli_opt common_opts[] = {
     {CLI_OPT_HELP, "help", 0, NULL, "show this help and exit"},
@@ -20,7 +21,7 @@ static const cli_opt common_opts[] = {
     {0, NULL, 0, NULL, NULL},
 };
 
-static void print_opts(const cli_opt *o, FILE *out)
+static void print_opts(const cli_opt *o, FILE *out, const char *quiet_help)
 {
     for (; o && o->name; o++) {
         char left[64];
@@ -35,15 +36,16 @@ static void print_opts(const cli_opt *o, FILE *out)
         else
             snprintf(left, sizeof left, "    --%s%s%s", o->name, o->arg ? " " : "",
                      o->arg ? o->arg : "");
-        fprintf(out, "  %-30s %s\n", left, o->help);
+        fprintf(out, "  %-30s %s\n", left,
+                o->id == CLI_OPT_QUIET && quiet_help ? quiet_help : o->help);
     }
 }
 
 void cli_usage(const cli_spec *spec, FILE *out)
 {
     fprintf(out, "Usage: %s %s\n\n%s\n\nOptions:\n", spec->tool, spec->usage, spec->summary);
-    print_opts(spec->opts, out);
-    print_opts(common_opts, out);
+    print_opts(spec->opts, out, NULL);
+    print_opts(common_opts, out, cli_quiet_help);
     if (spec->examples)
         fprintf(out, "\nExamples:\n%s", spec->examples);
     fprintf(out, "\nExit codes: 0 ok, 1 a check found a difference, 2 bad usage or input, "
@@ -67,13 +69,17 @@ int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int 
             const cli_opt *o = pass ? common_opts : spec->opts;
             for (; o && o->name && n < 127; o++) {
                 longopts[n].name = o->name;
-                longopts[n].has_arg = o->has_arg ? required_argument : no_argument;
+                longopts[n].has_arg = o->has_arg == 2   ? optional_argument
+                                      : o->has_arg ? required_argument
+                                                   : no_argument;
                 longopts[n].flag = NULL;
                 longopts[n].val = o->id;
                 n++;
                 if (o->id > 0 && o->id < 256 && s < 250) {
                     shortopts[s++] = (char)o->id;
                     if (o->has_arg)
+                        shortopts[s++] = ':';
+                    if (o->has_arg == 2)
                         shortopts[s++] = ':';
                 }
             }

@@ -22,7 +22,8 @@ enum { CLI_OPT_HELP = 1000, CLI_OPT_VERSION, CLI_OPT_QUIET, CLI_OPT_VERBOSE };
 typedef struct cli_opt {
     int id;              /* returned by cli_next; a char for a short option */
     const char *name;    /* long name without "--" */
-    int has_arg;         /* 0 none, 1 required */
+    int has_arg;         /* 0 none, 1 required, 2 optional ("--opt=VALUE"; the tool may
+                            take a following argument itself) */
     const char *arg;     /* argument name for --help, e.g. "N" */
     const char *help;
 } cli_opt;
@@ -36,6 +37,9 @@ typedef struct cli_spec {
 } cli_spec;
 
 extern int cli_verbosity; /* 0 quiet, 1 normal, 2 verbose */
+/* -q's line in --help when a tool keeps more than errors under -q (set before cli_next;
+ * NULL: "print only errors"). */
+extern const char *cli_quiet_help;
 
 /*
  * Next option: its id, or -1 when options end (then argv[*optind] is the first

@@ -9,6 +9,7 @@
 
 #include "gguf/dequant.h"
 #include "gguf/file.h"
+#include "gguf/safetensors.h"
 
 /* ---- options ---- */
 typedef struct dv_opts {
@@ -17,10 +18,11 @@ typedef struct dv_opts {
     bool have_regex;
     regex_t regex;
     const char *dump;       /* --dump OUT.npy */
-    const char *reference;  /* --reference DIR_OR_FILE */
+    const char *reference;  /* --reference DIR_OR_INDEX_OR_FILE */
     bool allow_nonfinite;
     bool json;
     bool gpu;
+    bool gpu_auto;          /* --gpu auto: no GPU is a skip, not an error */
     int threads;
     int path;               /* gguf_dequant_path */
     uint64_t chunk_elems;   /* floats dequantized at a time per tensor */
@@ -45,35 +47,13 @@ void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_
 double dv_stats_mean(const dv_stats *s);
 double dv_stats_std(const dv_stats *s);
 
-/* ---- safetensors reference ---- */
-typedef enum dv_st_dtype { DV_ST_F32, DV_ST_F16, DV_ST_BF16, DV_ST_OTHER } dv_st_dtype;
-
-typedef struct dv_st_tensor {
-    char *name;
-    dv_st_dtype dtype;
-    char dtype_name[16];
-    int n_dims;
-    int64_t shape[8];
-    int64_t n_elements;
-    const uint8_t *data;
-} dv_st_tensor;
-
-typedef struct dv_st_set dv_st_set;
-
-/* Open one .safetensors file or every *.safetensors file of a folder. On
- * failure returns NULL and writes a message into msg. */
-dv_st_set *dv_st_open(const char *path, char *msg, size_t msg_size);
-void dv_st_close(dv_st_set *s);
-const dv_st_tensor *dv_st_find(const dv_st_set *s, const char *name);
-int64_t dv_st_count(const dv_st_set *s);
-/* Element i of a tensor as float. */
-float dv_st_get(const dv_st_tensor *t, int64_t i);
-
 /* ---- GGUF -> HF mapping and the comparison ---- */
 typedef struct dv_ref_result {
     bool compared;
     char hf_name[256];
     char status[16];      /* "ok", "fail", "missing", "shape", "skipped" */
+    char ref_dtype[16];   /* the stored dtype of the reference ("BF16", "F8_E4M3", "U8") */
+    char ref_format[16];  /* gguf_st_format_name: "plain", "fp8-scaled", "nvfp4", ... */
     char note[768];
     double rel_rms, snr_db, expect_snr_db;
     double err_sq, ref_sq; /* sums, for the record */
@@ -100,44 +80,33 @@ void dv_model_info_read(dv_model_info *mi, const gguf_set *set);
  */
 typedef struct dv_ref_map {
     int kind;                  /* 0 none, 1 plain, 2 llama q/k rows, 3 stacked experts */
-    const dv_st_tensor *src;   /* plain / permuted */
-    const dv_st_tensor *experts[1024];
+    gguf_st_weight src;        /* plain / permuted */
+    gguf_st_weight *experts;   /* kind 3: one per expert */
     int64_t n_experts;
     int64_t head_dim;
+    float *buf;                /* reference rows, dequantized */
+    size_t buf_n;
 } dv_ref_map;
 
-void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, const dv_st_set *st,
+void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, const gguf_st_set *st,
                   const gguf_tensor *t);
-void dv_ref_rows(dv_ref_result *r, const dv_ref_map *m, const gguf_tensor *t, const float *x,
+void dv_ref_rows(dv_ref_result *r, dv_ref_map *m, const gguf_tensor *t, const float *x,
                  int64_t row0, int64_t n_rows);
 void dv_ref_end(dv_ref_result *r, const gguf_tensor *t);
+void dv_ref_map_free(dv_ref_map *m);
 
 /* True for tensors that are compared only through the kv_b_proj reassembly. */
 bool dv_ref_is_kv_b_part(const char *gguf_name);
 
 /*
  * MLA: reassemble HF kv_b_proj [n_head*(nope+v), kv_lora] from attn_k_b
- * (ne [nope, kv_lora, n_head]) and attn_v_b (ne [kv_lora, v, n_head]),
- * compare it with the reference, and split it back (must equal k_b and v_b
- * bit for bit). roundtrip_ok receives that last check.
+ * (ne [nope, kv_lora, n_head]) and attn_v_b (ne [kv_lora, v, n_head]) and
+ * compare it with the reference's kv_b_proj in whatever dtype or scaled
+ * format (BF16, block-scaled FP8, NVFP4) the checkpoint stores it.
  */
-void dv_kv_b_compare(dv_ref_result *r, bool *roundtrip_ok, const dv_st_set *st, int64_t layer,
+void dv_kv_b_compare(dv_ref_result *r, const gguf_st_set *st, int64_t layer,
                      const gguf_tensor *kb, const float *k, const gguf_tensor *vb,
                      const float *v);
-
-/* ---- .npy, written in pieces ---- */
-typedef struct dv_npy {
-    FILE *f;
-    char *tmp_path;
-    const char *path;
-} dv_npy;
-
-/* Start OUT.npy (a temporary file in the same folder) with a float32 header
- * of the given numpy shape. Returns 0 or an errno value. */
-int dv_npy_open(dv_npy *w, const char *path, const int64_t *shape, int n_dims);
-int dv_npy_write(dv_npy *w, const float *x, uint64_t n);
-/* Flush, fsync and rename into place (commit) or remove (abort). */
-int dv_npy_close(dv_npy *w, bool commit);
 
 /* ---- --gpu ---- */
 /* Whether GPU comparison can run; when not, why says so ("this build has no

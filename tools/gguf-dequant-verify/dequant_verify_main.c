@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "dequant_verify.h"
+#include "gguf/npy.h"
 #include "gguf/types.h"
 
 enum {
@@ -35,11 +36,14 @@ static const cli_opt options[] = {
      "only this tensor (exact name), else the tensors matching REGEX (POSIX ERE)"},
     {OPT_DUMP, "dump", 1, "OUT.npy",
      "write the one selected tensor as float32 .npy, shape = reversed ggml ne"},
-    {OPT_REFERENCE, "reference", 1, "DIR|FILE",
-     "compare with the original safetensors (F32/F16/BF16): relative RMS and SNR"},
+    {OPT_REFERENCE, "reference", 1, "DIR|INDEX|FILE",
+     "compare with the original safetensors checkpoint (any dtype, block-scaled FP8, NVFP4): "
+     "relative RMS and SNR"},
     {OPT_ALLOW_NONFINITE, "allow-nonfinite", 0, NULL, "NaN/Inf in the output is not a failure"},
     {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/gguf-dequant-verify.md)"},
-    {OPT_GPU, "gpu", 0, NULL, "also check the CUDA dequantization equals the CPU bit for bit"},
+    {OPT_GPU, "gpu", 2, "[auto]",
+     "also check the CUDA dequantization equals the CPU bit for bit; no GPU is an error (exit 3), "
+     "or a skip with --gpu auto"},
     {OPT_THREADS, "threads", 1, "N", "dequantization threads (default: all cores)"},
     {OPT_PATH, "path", 1, "NAME", "CPU implementation: auto, scalar, portable, avx2"},
     {OPT_CHUNK, "chunk", 1, "SIZE", "floats held per tensor at a time (default 16M)"},
@@ -59,7 +63,9 @@ static const cli_spec spec = {
     "  gguf-dequant-verify model-00001-of-00010.gguf\n"
     "  gguf-dequant-verify --json --tensor 'blk\\.3\\.' model.gguf\n"
     "  gguf-dequant-verify --tensor blk.0.attn_q.weight --dump q.npy model.gguf\n"
-    "  gguf-dequant-verify --reference hf-checkpoint/ model-q8_0.gguf\n",
+    "  gguf-dequant-verify --reference hf-checkpoint/ model-q8_0.gguf\n"
+    "  gguf-dequant-verify --reference GLM-5-FP8/model.safetensors.index.json glm5.gguf\n"
+    "  gguf-dequant-verify --gpu auto -q model.gguf\n",
 };
 
 static volatile sig_atomic_t interrupted;
@@ -80,11 +86,6 @@ static int dv_fail_interrupted(gguf_error *err)
     return gguf_error_setf(err, GGUF_E_INTERRUPTED, 0, "interrupted");
 }
 
-static int dv_fail_write(gguf_error *err, const char *path, int e)
-{
-    return gguf_error_setf(err, e == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, e, "%s: %s", path, strerror(e));
-}
-
 typedef struct pending_kvb {
     int64_t layer;
     const gguf_tensor *k, *v;
@@ -93,14 +94,13 @@ typedef struct pending_kvb {
 
 typedef struct kvb_result {
     int64_t layer;
-    bool roundtrip;
     dv_ref_result ref;
 } kvb_result;
 
 typedef struct run_state {
     const dv_opts *o;
     gguf_set *set;
-    dv_st_set *st;
+    gguf_st_set *st;
     dv_model_info mi;
     gguf_dequant_pool *pool;
     float *buf;
@@ -151,6 +151,10 @@ static void json_ref(FILE *f, const dv_ref_result *r)
     fprintf(f, ", \"snr_db\": ");
     cli_json_num(f, r->compared ? r->snr_db : NAN);
     fprintf(f, ", \"exact\": %s", r->compared && r->err_sq == 0 ? "true" : "false");
+    fprintf(f, ", \"ref_dtype\": ");
+    cli_json_str(f, r->ref_dtype, SIZE_MAX);
+    fprintf(f, ", \"ref_format\": ");
+    cli_json_str(f, r->ref_format, SIZE_MAX);
     fprintf(f, ", \"expect_snr_db\": ");
     cli_json_num(f, r->expect_snr_db);
     fprintf(f, ", \"note\": ");
@@ -237,8 +241,10 @@ static void report_tensor(run_state *rs, const gguf_tensor *t, const dv_stats *s
     fputc('\n', f);
     if (ref) {
         if (ref->compared)
-            fprintf(f, "%*s   vs %s: SNR %.1f dB (expected >= %.0f) rel-RMS %.3g  %s%s%s\n",
-                    rs->name_width, "", ref->hf_name, ref->snr_db, ref->expect_snr_db,
+            fprintf(f, "%*s   vs %s (%s%s%s): SNR %.1f dB (expected >= %.0f) rel-RMS %.3g  %s%s%s\n",
+                    rs->name_width, "", ref->hf_name, ref->ref_dtype,
+                    strcmp(ref->ref_format, "plain") ? " " : "",
+                    strcmp(ref->ref_format, "plain") ? ref->ref_format : "", ref->snr_db, ref->expect_snr_db,
                     ref->rel_rms, !strcmp(ref->status, "ok") ? "ok" : "FAIL",
                     ref->note[0] ? "  " : "", ref->note);
         else
@@ -276,17 +282,17 @@ static pending_kvb *kvb_slot(run_state *rs, int64_t layer)
     return &rs->kvb[rs->n_kvb++];
 }
 
-static void report_kvb(run_state *rs, const dv_ref_result *r, bool roundtrip, int64_t layer)
+static void report_kvb(run_state *rs, const dv_ref_result *r, int64_t layer)
 {
     FILE *f = stdout;
-    const bool bad = ref_failed(r) || !roundtrip;
+    const bool bad = ref_failed(r);
     rs->n_kvb_fail += bad;
     if (rs->o->json) {
         /* kept for the "kv_b_proj" array printed after "tensors" */
         kvb_result *n = realloc(rs->kvb_out, sizeof *n * (size_t)(rs->n_kvb_out + 1));
         if (n) {
             rs->kvb_out = n;
-            rs->kvb_out[rs->n_kvb_out++] = (kvb_result){layer, roundtrip, *r};
+            rs->kvb_out[rs->n_kvb_out++] = (kvb_result){layer, *r};
         }
         return;
     }
@@ -294,11 +300,12 @@ static void report_kvb(run_state *rs, const dv_ref_result *r, bool roundtrip, in
         return;
     fprintf(f, "blk.%lld kv_b_proj (attn_k_b + attn_v_b): ", (long long)layer);
     if (r->compared)
-        fprintf(f, "SNR %.1f dB (expected >= %.0f) rel-RMS %.3g %s", r->snr_db, r->expect_snr_db,
-                r->rel_rms, !strcmp(r->status, "ok") ? "ok" : "FAIL");
+        fprintf(f, "vs kv_b_proj (%s%s%s): SNR %.1f dB (expected >= %.0f) rel-RMS %.3g %s\n",
+                r->ref_dtype, strcmp(r->ref_format, "plain") ? " " : "",
+                strcmp(r->ref_format, "plain") ? r->ref_format : "", r->snr_db, r->expect_snr_db, r->rel_rms,
+                !strcmp(r->status, "ok") ? "ok" : "FAIL");
     else
-        fprintf(f, "%s: %s", r->status, r->note);
-    fprintf(f, "; split back %s\n", roundtrip ? "exact" : "NOT EXACT");
+        fprintf(f, "%s: %s\n", r->status, r->note);
 }
 
 /* Done with these file bytes: drop their pages from this process (a read-only
@@ -319,7 +326,8 @@ static void drop_pages(const uint8_t *p, uint64_t n)
 
 /* One tensor, chunk by chunk. Returns 0, 1 (this tensor failed), or a
  * negative gguf status for errors that stop the run. */
-static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_error *err)
+static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *npy,
+                         gguf_error *err)
 {
     const dv_opts *o = rs->o;
     const int64_t ne0 = t->ne[0] > 0 ? t->ne[0] : 1;
@@ -346,15 +354,10 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
     dv_stats s;
     dv_stats_init(&s);
     dv_ref_result ref;
-    dv_ref_map *map = NULL;
+    dv_ref_map map = {0};
     bool have_ref = false;
     if (rs->st && !keep) {
-        map = malloc(sizeof *map);
-        if (!map) {
-            free(whole);
-            return dv_fail_oom(err, t->name);
-        }
-        dv_ref_begin(&ref, map, &rs->mi, rs->st, t);
+        dv_ref_begin(&ref, &map, &rs->mi, rs->st, t);
         have_ref = true;
     }
     const gguf_type_info *ti = gguf_type_get(t->type);
@@ -379,14 +382,9 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
         if (ti->quantized)
             dv_scan_scales(&s, t->type, src, (uint64_t)nr * (uint64_t)(ne0 / ti->block_size));
         if (have_ref)
-            dv_ref_rows(&ref, map, t, dst, r0, nr);
-        if (npy) {
-            const int e = dv_npy_write(npy, dst, (uint64_t)(nr * ne0));
-            if (e) {
-                rc = dv_fail_write(err, o->dump, e);
-                break;
-            }
-        }
+            dv_ref_rows(&ref, &map, t, dst, r0, nr);
+        if (npy && (rc = gguf_npy_append_f32(npy, dst, (uint64_t)(nr * ne0), err)) != 0)
+            break;
         if (gpu_state >= 0) {
             char why[256];
             if (dv_gpu_compare_rows(t, dst, r0, nr, &gpu_diff, why, sizeof why) != 0) {
@@ -403,7 +401,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
     }
     if (rc != 0) {
         free(whole);
-        free(map);
+        dv_ref_map_free(&map);
         return rc;
     }
     if (have_ref)
@@ -430,7 +428,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
     }
     failed |= gpu_state > 0;
     report_tensor(rs, t, &s, have_ref ? &ref : NULL, gpu_state, gpu_diff);
-    free(map);
+    dv_ref_map_free(&map);
     if (keep) {
         long long layer = -1;
         sscanf(t->name, "blk.%lld.", &layer);
@@ -450,10 +448,9 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, dv_npy *npy, gguf_
         }
         if (p->kx && p->vx) {
             dv_ref_result kr;
-            bool roundtrip;
-            dv_kv_b_compare(&kr, &roundtrip, rs->st, p->layer, p->k, p->kx, p->v, p->vx);
-            report_kvb(rs, &kr, roundtrip, p->layer);
-            failed |= ref_failed(&kr) || !roundtrip;
+            dv_kv_b_compare(&kr, rs->st, p->layer, p->k, p->kx, p->v, p->vx);
+            report_kvb(rs, &kr, p->layer);
+            failed |= ref_failed(&kr);
             if (ref_failed(&kr))
                 rs->n_ref_fail++;
             else if (!strcmp(kr.status, "ok"))
@@ -477,6 +474,7 @@ static int parse_path(const char *s)
 int main(int argc, char **argv)
 {
     dv_opts o = {.chunk_elems = 16u << 20};
+    cli_quiet_help = "print only failing tensors, errors and the summary (-q)";
     int c, optind_ = 1;
     const char *arg;
     while ((c = cli_next(&spec, argc, argv, &arg, &optind_)) != -1) {
@@ -486,7 +484,19 @@ int main(int argc, char **argv)
         case OPT_REFERENCE: o.reference = arg; break;
         case OPT_ALLOW_NONFINITE: o.allow_nonfinite = true; break;
         case OPT_JSON: o.json = true; break;
-        case OPT_GPU: o.gpu = true; break;
+        case OPT_GPU:
+            o.gpu = true;
+            /* "--gpu=auto", or "--gpu auto" (getopt binds an optional argument only with '=') */
+            if (!arg && optind < argc && !strcmp(argv[optind], "auto")) {
+                arg = argv[optind];
+                optind++;
+            }
+            if (arg && strcmp(arg, "auto")) {
+                cli_errorf(spec.tool, "--gpu: '%s' is not 'auto'", arg);
+                return CLI_EXIT_USAGE;
+            }
+            o.gpu_auto = arg != NULL;
+            break;
         case OPT_THREADS: {
             uint64_t n;
             if (cli_parse_u64(arg, &n) || n < 1 || n > 1024) {
@@ -531,9 +541,7 @@ int main(int argc, char **argv)
     int ret = CLI_EXIT_OK;
     gguf_error err = {0};
     run_state rs = {.o = &o, .first_json = true};
-    dv_npy npy = {0};
-    bool npy_open = false;
-    char msg[1024];
+    gguf_npy_writer *npy = NULL;
 
     int rc = gguf_set_open(&rs.set, o.model, NULL, &err);
     if (rc) {
@@ -576,18 +584,25 @@ int main(int argc, char **argv)
         goto done;
     }
     if (o.reference) {
-        rs.st = dv_st_open(o.reference, msg, sizeof msg);
-        if (!rs.st) {
-            cli_errorf(spec.tool, "--reference: %s", msg);
-            ret = CLI_EXIT_USAGE;
+        rc = gguf_st_set_open(&rs.st, o.reference, &err);
+        if (rc) {
+            fprintf(stderr, "%s: --reference: ", spec.tool);
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
             goto done;
         }
         dv_model_info_read(&rs.mi, rs.set);
     }
     if (o.gpu) {
         rs.gpu_ok = dv_gpu_available(rs.gpu_why, sizeof rs.gpu_why);
+        if (!rs.gpu_ok && !o.gpu_auto) {
+            cli_errorf(spec.tool, "--gpu: %s (use --gpu auto to skip the GPU check where "
+                       "there is none)", rs.gpu_why);
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
         if (!rs.gpu_ok && !o.json)
-            fprintf(stderr, "%s: --gpu: skipped: %s\n", spec.tool, rs.gpu_why);
+            fprintf(stderr, "%s: --gpu auto: skipped: %s\n", spec.tool, rs.gpu_why);
     }
     rc = gguf_dequant_pool_create(&rs.pool, o.threads, &err);
     if (rc) {
@@ -600,13 +615,12 @@ int main(int argc, char **argv)
         const int nd = only->n_dims ? (int)only->n_dims : 1;
         for (int i = 0; i < nd; i++)
             shape[i] = only->ne[nd - 1 - i];
-        const int e = dv_npy_open(&npy, o.dump, shape, nd);
-        if (e) {
-            cli_errorf(spec.tool, "%s: %s", o.dump, strerror(e));
-            ret = CLI_EXIT_ENV;
+        rc = gguf_npy_create_f32(&npy, o.dump, shape, nd, NULL, &err);
+        if (rc) {
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
             goto done;
         }
-        npy_open = true;
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -626,7 +640,7 @@ int main(int argc, char **argv)
         const gguf_tensor *t = gguf_set_tensor_at(rs.set, i);
         if (!selected(&o, rs.set, t))
             continue;
-        rc = verify_tensor(&rs, t, npy_open ? &npy : NULL, &err);
+        rc = verify_tensor(&rs, t, npy, &err);
         if (rc < 0) {
             cli_progress_end(&rs.progress);
             if (o.json)
@@ -646,14 +660,15 @@ int main(int argc, char **argv)
             snprintf(r.hf_name, sizeof r.hf_name, "model.layers.%lld.self_attn.kv_b_proj.weight",
                      (long long)rs.kvb[i].layer);
             snprintf(r.note, sizeof r.note, "only one of attn_k_b / attn_v_b was selected");
-            report_kvb(&rs, &r, true, rs.kvb[i].layer);
+            report_kvb(&rs, &r, rs.kvb[i].layer);
         }
-    if (npy_open) {
-        const int e = dv_npy_close(&npy, true);
-        npy_open = false;
-        if (e) {
-            cli_errorf(spec.tool, "%s: %s", o.dump, strerror(e));
-            ret = CLI_EXIT_ENV;
+    if (npy) {
+        rc = gguf_npy_commit(npy, &err);
+        gguf_npy_free(npy);
+        npy = NULL;
+        if (rc) {
+            cli_error(spec.tool, &err);
+            ret = cli_exit_code(rc);
             goto done;
         }
     }
@@ -662,9 +677,8 @@ int main(int argc, char **argv)
     if (o.json) {
         printf("\n  ],\n  \"kv_b_proj\": [");
         for (int64_t i = 0; i < rs.n_kvb_out; i++) {
-            printf("%s\n    {\"layer\": %lld, \"roundtrip_exact\": %s, \"reference\": ",
-                   i ? "," : "", (long long)rs.kvb_out[i].layer,
-                   rs.kvb_out[i].roundtrip ? "true" : "false");
+            printf("%s\n    {\"layer\": %lld, \"reference\": ", i ? "," : "",
+                   (long long)rs.kvb_out[i].layer);
             json_ref(stdout, &rs.kvb_out[i].ref);
             printf("}");
         }
@@ -716,8 +730,7 @@ int main(int argc, char **argv)
         ret = CLI_EXIT_ENV;
     }
 done:
-    if (npy_open)
-        dv_npy_close(&npy, false);
+    gguf_npy_free(npy);
     for (int64_t i = 0; i < rs.n_kvb; i++) {
         free(rs.kvb[i].kx);
         free(rs.kvb[i].vx);
@@ -728,7 +741,7 @@ done:
     if (o.gpu)
         dv_gpu_release();
     gguf_dequant_pool_free(rs.pool);
-    dv_st_close(rs.st);
+    gguf_st_set_close(rs.st);
     gguf_set_close(rs.set);
     if (o.have_regex)
         regfree(&o.regex);

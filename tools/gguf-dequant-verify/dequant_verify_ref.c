@@ -1,9 +1,12 @@
 /*
  * --reference: GGUF tensors against the HF safetensors they were made from.
  *
- * HF names come from the model module (gguf/model.h: gguf_role_parse,
- * gguf_role_hf_name) for the architectures it knows; a small internal map
- * (llama-style dense blocks, MLA, MoE) covers the others.
+ * The reference is read through libgguf's safetensors module (any dtype,
+ * block-scaled FP8, NVFP4), dequantized a run of rows at a time. HF names and
+ * llama's Q/K row permutation come from the model module (gguf/model.h:
+ * gguf_role_parse, gguf_role_hf_name, gguf_llama_qk_row_to_hf); architectures
+ * it does not know but that name tensors as llama does (mistral, granite) use
+ * llama's table.
  *
  * Layout facts used:
  *   - numpy shape = reversed ggml ne, so GGUF row r (ne[0] elements) is HF
@@ -62,6 +65,28 @@ double dv_expect_snr_db(uint32_t type)
     }
 }
 
+/* The floor a reference stored in a lossy format allows on its own: its own
+ * quantization noise (E4M3 keeps 4 significant bits: about 31 dB on Gaussian
+ * weights; NVFP4's E2M1 2 bits with a per-16 scale: about 20 dB). */
+static double ref_floor_db(const gguf_st_weight *w)
+{
+    switch (w->format) {
+    case GGUF_ST_FMT_FP8_SCALED: return 20.0;
+    case GGUF_ST_FMT_NVFP4:
+    case GGUF_ST_FMT_NVFP4_CT: return 10.0;
+    default: break;
+    }
+    switch (w->data->dtype) {
+    case GGUF_ST_F32:
+    case GGUF_ST_F64: return 100.0;
+    case GGUF_ST_F16: return 55.0;
+    case GGUF_ST_BF16: return 40.0;
+    case GGUF_ST_F8_E4M3:
+    case GGUF_ST_F8_E5M2: return 20.0;
+    default: return 1.0;
+    }
+}
+
 void dv_model_info_read(dv_model_info *mi, const gguf_set *set)
 {
     memset(mi, 0, sizeof *mi);
@@ -80,93 +105,19 @@ void dv_model_info_read(dv_model_info *mi, const gguf_set *set)
 
 /* ---- names ---- */
 
-typedef struct name_rule {
-    const char *gguf; /* stem after "blk.N." */
-    const char *hf;   /* after "model.layers.N."; "*" stands for the expert index */
-} name_rule;
-
-static const name_rule block_rules[] = {
-    {"attn_norm", "input_layernorm"},
-    {"ffn_norm", "post_attention_layernorm"},
-    {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},
-    {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},
-    {"attn_k_norm", "self_attn.k_norm"},
-    {"attn_q_a", "self_attn.q_a_proj"},
-    {"attn_q_a_norm", "self_attn.q_a_layernorm"},
-    {"attn_q_b", "self_attn.q_b_proj"},
-    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
-    {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
-    {"attn_kv_b", "self_attn.kv_b_proj"},
-    {"ffn_gate", "mlp.gate_proj"},
-    {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
-    {"ffn_gate_inp", "mlp.gate"},
-    {"exp_probs_b", "mlp.gate.e_score_correction_bias"},
-    {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
-    {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
-    {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
-    {"ffn_gate_exps", "mlp.experts.*.gate_proj"},
-    {"ffn_up_exps", "mlp.experts.*.up_proj"},
-    {"ffn_down_exps", "mlp.experts.*.down_proj"},
-    {NULL, NULL},
-};
-
-/* GGUF name -> HF name. expert >= 0 fills the expert index of *_exps (else "*").
- * Returns 0, or -1 when the name has no counterpart here. */
-static int hf_name(const char *gguf, int64_t expert, char *out, size_t size, int *is_exps)
-{
-    *is_exps = 0;
-    if (!strcmp(gguf, "token_embd.weight"))
-        return snprintf(out, size, "model.embed_tokens.weight") < 0;
-    if (!strcmp(gguf, "output_norm.weight"))
-        return snprintf(out, size, "model.norm.weight") < 0;
-    if (!strcmp(gguf, "output.weight"))
-        return snprintf(out, size, "lm_head.weight") < 0;
-    long long layer;
-    int off = 0;
-    if (sscanf(gguf, "blk.%lld.%n", &layer, &off) != 1 || off == 0)
-        return -1;
-    const char *stem = gguf + off;
-    const char *dot = strrchr(stem, '.');
-    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias")))
-        return -1;
-    const size_t stem_len = (size_t)(dot - stem);
-    for (const name_rule *r = block_rules; r->gguf; r++) {
-        if (strlen(r->gguf) != stem_len || strncmp(stem, r->gguf, stem_len))
-            continue;
-        char part[128];
-        const char *star = strchr(r->hf, '*');
-        if (star) {
-            *is_exps = 1;
-            if (expert >= 0)
-                snprintf(part, sizeof part, "%.*s%lld%s", (int)(star - r->hf), r->hf,
-                         (long long)expert, star + 1);
-            else
-                snprintf(part, sizeof part, "%s", r->hf);
-        } else {
-            snprintf(part, sizeof part, "%s", r->hf);
-        }
-        /* exp_probs_b.bias is a whole HF name already (no .bias suffix) */
-        if (!strcmp(r->gguf, "exp_probs_b"))
-            snprintf(out, size, "model.layers.%lld.%s", layer, part);
-        else
-            snprintf(out, size, "model.layers.%lld.%s%s", layer, part, dot);
-        return 0;
-    }
-    return -1;
+static bool is_llama_like(const char *arch)
+{ /* llama's converter permutes attn_q/attn_k rows; these reuse it */
+    return !strcmp(arch, "llama") || !strcmp(arch, "mistral") || !strcmp(arch, "granite");
 }
 
-static int is_llama_like(const char *arch);
-
-/* The model module's name for a tensor, with "*" replaced by the expert
+/* The model module's HF name for a tensor, with "*" replaced by the expert
  * index when expert >= 0. Returns 0, or -1 when the module has none. */
-static int hf_name_model(const dv_model_info *mi, const char *gguf, int64_t expert, char *out,
-                         size_t size, int *is_exps, int *is_llama_qk)
+static int map_name(const dv_model_info *mi, const char *gguf, int64_t expert, char *out,
+                    size_t size, int *is_exps, int *is_llama_qk)
 {
-    const gguf_arch arch = gguf_arch_from_name(mi->arch);
+    gguf_arch arch = gguf_arch_from_name(mi->arch);
+    if (arch == GGUF_ARCH_UNKNOWN && is_llama_like(mi->arch))
+        arch = GGUF_ARCH_LLAMA;
     gguf_role role;
     int64_t layer;
     char name[256];
@@ -185,33 +136,11 @@ static int hf_name_model(const dv_model_info *mi, const char *gguf, int64_t expe
     return 0;
 }
 
-/* Model module first, the internal map for architectures it does not know. */
-static int map_name(const dv_model_info *mi, const char *gguf, int64_t expert, char *out,
-                    size_t size, int *is_exps, int *is_llama_qk)
-{
-    if (hf_name_model(mi, gguf, expert, out, size, is_exps, is_llama_qk) == 0)
-        return 0;
-    *is_llama_qk = 0;
-    if (hf_name(gguf, expert, out, size, is_exps) != 0)
-        return -1;
-    if (is_llama_like(mi->arch)) {
-        const size_t n = strlen(gguf);
-        *is_llama_qk = n > 14 && (!strcmp(gguf + n - 14, ".attn_q.weight") ||
-                                  !strcmp(gguf + n - 14, ".attn_k.weight"));
-    }
-    return 0;
-}
-
 bool dv_ref_is_kv_b_part(const char *gguf_name)
 {
     const char *p = strstr(gguf_name, ".attn_k_b.weight");
     const char *q = strstr(gguf_name, ".attn_v_b.weight");
     return (p && !p[16]) || (q && !q[16]);
-}
-
-static int is_llama_like(const char *arch)
-{ /* llama's converter permutes attn_q/attn_k rows; these reuse it */
-    return !strcmp(arch, "llama") || !strcmp(arch, "mistral") || !strcmp(arch, "granite");
 }
 
 /* numpy shape of a GGUF tensor: reversed ne over its n_dims (at least 1) */
@@ -223,10 +152,10 @@ static int np_shape(const gguf_tensor *t, int64_t *shape)
     return nd;
 }
 
-static int same_shape(const dv_st_tensor *s, const int64_t *shape, int nd)
+static int same_shape(const gguf_st_weight *s, const int64_t *shape, int nd)
 {
     /* trailing/leading 1s aside, shapes must match exactly */
-    int64_t a[8], b[8];
+    int64_t a[GGUF_ST_MAX_DIMS], b[8];
     int na = 0, nb = 0;
     for (int i = 0; i < s->n_dims; i++)
         if (s->shape[i] != 1)
@@ -251,7 +180,39 @@ static void shape_str(char *out, size_t size, const int64_t *shape, int nd)
         snprintf(out + k, size - (size_t)k, "]");
 }
 
-void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, const dv_st_set *st,
+/* Find a reference weight; status "missing" / "skipped" when it cannot be used. */
+static int find_ref(dv_ref_result *r, const gguf_st_set *st, const char *name, gguf_st_weight *w)
+{
+    gguf_error err;
+    const int rc = gguf_st_weight_find(st, name, w, &err);
+    if (rc == 0) {
+        snprintf(r->ref_dtype, sizeof r->ref_dtype, "%s", gguf_st_dtype_name(w->data->dtype));
+        snprintf(r->ref_format, sizeof r->ref_format, "%s", gguf_st_format_name(w->format));
+        /* a lossy reference cannot vouch for more than its own precision */
+        const double f = ref_floor_db(w);
+        if (f < r->expect_snr_db)
+            r->expect_snr_db = f;
+        return 0;
+    }
+    if (rc == GGUF_E_NOT_FOUND && !gguf_st_set_tensor_find(st, name) &&
+        !strstr(err.message, "_scale") && !strstr(err.message, "_packed")) {
+        snprintf(r->status, sizeof r->status, "missing");
+        snprintf(r->note, sizeof r->note, "no %s in the reference", name);
+    } else { /* present but unusable: a scale missing or of the wrong shape */
+        snprintf(r->status, sizeof r->status, "shape");
+        snprintf(r->note, sizeof r->note, "%s", err.message);
+    }
+    return -1;
+}
+
+void dv_ref_map_free(dv_ref_map *m)
+{
+    free(m->experts);
+    free(m->buf);
+    memset(m, 0, sizeof *m);
+}
+
+void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, const gguf_st_set *st,
                   const gguf_tensor *t)
 {
     memset(r, 0, sizeof *r);
@@ -268,43 +229,43 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
     char want[96], have[96];
     if (is_exps) {
         /* [n_expert, a, b]: one HF tensor [a, b] per expert */
-        if (nd != 3 || shape[0] > 1024) {
+        if (nd != 3 || shape[0] < 1) {
             snprintf(r->status, sizeof r->status, "skipped");
             snprintf(r->note, sizeof r->note, "unexpected expert tensor rank");
             return;
         }
-        m->kind = 3;
+        m->experts = calloc((size_t)shape[0], sizeof *m->experts);
+        if (!m->experts) {
+            snprintf(r->status, sizeof r->status, "skipped");
+            snprintf(r->note, sizeof r->note, "out of memory");
+            return;
+        }
         m->n_experts = shape[0];
         for (int64_t e = 0; e < shape[0]; e++) {
             char name[256];
             map_name(mi, t->name, e, name, sizeof name, &is_exps, &is_llama_qk);
-            m->experts[e] = dv_st_find(st, name);
-            if (!m->experts[e]) {
-                snprintf(r->status, sizeof r->status, "missing");
-                snprintf(r->note, sizeof r->note, "no %s in the reference", name);
-                m->kind = 0;
+            if (find_ref(r, st, name, &m->experts[e]) != 0) {
+                dv_ref_map_free(m);
                 return;
             }
-            if (!same_shape(m->experts[e], shape + 1, 2)) {
+            if (!same_shape(&m->experts[e], shape + 1, 2) || m->experts[e].cols != shape[2]) {
                 shape_str(want, sizeof want, shape + 1, 2);
-                shape_str(have, sizeof have, m->experts[e]->shape, m->experts[e]->n_dims);
+                shape_str(have, sizeof have, m->experts[e].shape, m->experts[e].n_dims);
                 snprintf(r->status, sizeof r->status, "shape");
                 snprintf(r->note, sizeof r->note, "%s is %s, expected %s", name, have, want);
-                m->kind = 0;
+                dv_ref_map_free(m);
                 return;
             }
         }
+        m->kind = 3;
         map_name(mi, t->name, -1, r->hf_name, sizeof r->hf_name, &is_exps, &is_llama_qk);
     } else {
-        m->src = dv_st_find(st, r->hf_name);
-        if (!m->src) {
-            snprintf(r->status, sizeof r->status, "missing");
-            snprintf(r->note, sizeof r->note, "no %s in the reference", r->hf_name);
+        if (find_ref(r, st, r->hf_name, &m->src) != 0)
             return;
-        }
-        if (!same_shape(m->src, shape, nd)) {
+        if (!same_shape(&m->src, shape, nd) ||
+            (m->src.cols != t->ne[0] && m->src.format != GGUF_ST_FMT_PLAIN)) {
             shape_str(want, sizeof want, shape, nd);
-            shape_str(have, sizeof have, m->src->shape, m->src->n_dims);
+            shape_str(have, sizeof have, m->src.shape, m->src.n_dims);
             snprintf(r->status, sizeof r->status, "shape");
             snprintf(r->note, sizeof r->note, "reference is %s, GGUF (numpy order) %s", have, want);
             return;
@@ -322,57 +283,69 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
             }
         }
     }
-    if (m->src && m->src->dtype == DV_ST_OTHER) {
-        snprintf(r->status, sizeof r->status, "skipped");
-        snprintf(r->note, sizeof r->note, "reference dtype %s is not F32/F16/BF16",
-                 m->src->dtype_name);
-        m->kind = 0;
-        return;
-    }
-    if (m->kind == 3)
-        for (int64_t e = 0; e < m->n_experts; e++)
-            if (m->experts[e]->dtype == DV_ST_OTHER) {
-                snprintf(r->status, sizeof r->status, "skipped");
-                snprintf(r->note, sizeof r->note, "reference dtype %s is not F32/F16/BF16",
-                         m->experts[e]->dtype_name);
-                m->kind = 0;
-                return;
-            }
     r->compared = true;
 }
 
-/* HF row of a GGUF row of a llama-permuted q/k tensor. */
-static int64_t llama_hf_row(int64_t row, int64_t hd)
+/* Reference elements for GGUF rows [row0, row0 + n) (each ne0 wide) into m->buf. */
+static int ref_rows(dv_ref_map *m, const gguf_tensor *t, int64_t row0, int64_t n)
 {
-    const int64_t h = row / hd, w = row % hd;
-    return h * hd + (w % 2) * (hd / 2) + w / 2;
+    const int64_t ne0 = t->ne[0] > 0 ? t->ne[0] : 1;
+    const size_t need = (size_t)(n * ne0);
+    if (need > m->buf_n) {
+        float *b = realloc(m->buf, sizeof(float) * need);
+        if (!b)
+            return -1;
+        m->buf = b;
+        m->buf_n = need;
+    }
+    gguf_error err;
+    if (m->kind == 1) {
+        if (m->src.cols == ne0)
+            return gguf_st_weight_rows(&m->src, row0, n, m->buf, &err);
+        /* a plain reference whose last dimension differs only by 1s: element order */
+        return gguf_st_tensor_to_f32(m->src.data, row0 * ne0, n * ne0, m->buf, &err);
+    }
+    for (int64_t i = 0; i < n;) {
+        const int64_t row = row0 + i;
+        if (m->kind == 2) { /* one row at a time: the permutation scatters them */
+            const int64_t hf = gguf_llama_qk_row_to_hf(row, m->head_dim);
+            if (gguf_st_weight_rows(&m->src, hf, 1, m->buf + i * ne0, &err) != 0)
+                return -1;
+            i++;
+            continue;
+        }
+        /* experts: a run of rows inside one expert */
+        const int64_t per = t->ne[1];
+        const int64_t e = row / per, r = row % per;
+        int64_t run = per - r;
+        if (run > n - i)
+            run = n - i;
+        if (e >= m->n_experts ||
+            gguf_st_weight_rows(&m->experts[e], r, run, m->buf + i * ne0, &err) != 0)
+            return -1;
+        i += run;
+    }
+    return 0;
 }
 
-void dv_ref_rows(dv_ref_result *r, const dv_ref_map *m, const gguf_tensor *t, const float *x,
+void dv_ref_rows(dv_ref_result *r, dv_ref_map *m, const gguf_tensor *t, const float *x,
                  int64_t row0, int64_t n_rows)
 {
     if (!r->compared)
         return;
-    const int64_t ne0 = t->ne[0];
+    if (ref_rows(m, t, row0, n_rows) != 0) {
+        r->compared = false;
+        snprintf(r->status, sizeof r->status, "skipped");
+        snprintf(r->note, sizeof r->note, "cannot read the reference rows (out of memory)");
+        return;
+    }
+    const int64_t n = n_rows * (t->ne[0] > 0 ? t->ne[0] : 1);
     double err = 0, ref = 0;
-    for (int64_t i = 0; i < n_rows; i++) {
-        const int64_t row = row0 + i;
-        const dv_st_tensor *src = m->src;
-        int64_t base = row * ne0;
-        if (m->kind == 2) {
-            base = llama_hf_row(row, m->head_dim) * ne0;
-        } else if (m->kind == 3) {
-            const int64_t rows_per_expert = t->ne[1];
-            src = m->experts[row / rows_per_expert];
-            base = (row % rows_per_expert) * ne0;
-        }
-        const float *xr = x + i * ne0;
-        for (int64_t c = 0; c < ne0; c++) {
-            const double b = dv_st_get(src, base + c);
-            const double d = (double)xr[c] - b;
-            err += d * d;
-            ref += b * b;
-        }
+    for (int64_t i = 0; i < n; i++) {
+        const double b = m->buf[i];
+        const double d = (double)x[i] - b;
+        err += d * d;
+        ref += b * b;
     }
     r->err_sq += err;
     r->ref_sq += ref;
@@ -395,12 +368,11 @@ void dv_ref_end(dv_ref_result *r, const gguf_tensor *t)
         finish(r);
 }
 
-void dv_kv_b_compare(dv_ref_result *r, bool *roundtrip_ok, const dv_st_set *st, int64_t layer,
+void dv_kv_b_compare(dv_ref_result *r, const gguf_st_set *st, int64_t layer,
                      const gguf_tensor *kb, const float *k, const gguf_tensor *vb,
                      const float *v)
 {
     memset(r, 0, sizeof *r);
-    *roundtrip_ok = false;
     snprintf(r->hf_name, sizeof r->hf_name, "model.layers.%lld.self_attn.kv_b_proj.weight",
              (long long)layer);
     /* the worse of the two types sets the expectation */
@@ -415,11 +387,27 @@ void dv_kv_b_compare(dv_ref_result *r, bool *roundtrip_ok, const dv_st_set *st, 
                  (long long)heads, (long long)vb->ne[0], (long long)vh, (long long)vb->ne[2]);
         return;
     }
+    gguf_st_weight ref;
+    if (find_ref(r, st, r->hf_name, &ref) != 0)
+        return;
     const int64_t rows = heads * (nope + vh);
+    const int64_t want[2] = {rows, lora};
+    if (!same_shape(&ref, want, 2) || ref.cols != lora) {
+        char have[96];
+        shape_str(have, sizeof have, ref.shape, ref.n_dims);
+        snprintf(r->status, sizeof r->status, "shape");
+        snprintf(r->note, sizeof r->note, "reference is %s %s, reassembled [%lld, %lld]",
+                 r->ref_dtype, have, (long long)rows, (long long)lora);
+        return;
+    }
     float *kv = malloc(sizeof(float) * (size_t)(rows * lora));
-    if (!kv) {
+    float *rf = malloc(sizeof(float) * (size_t)(rows * lora));
+    gguf_error err;
+    if (!kv || !rf || gguf_st_weight_dequant(&ref, rf, (uint64_t)(rows * lora), &err) != 0) {
         snprintf(r->status, sizeof r->status, "skipped");
         snprintf(r->note, sizeof r->note, "out of memory");
+        free(kv);
+        free(rf);
         return;
     }
     /* reassemble: per head, nope rows of k (k_b transposed) then vh rows of v */
@@ -430,47 +418,18 @@ void dv_kv_b_compare(dv_ref_result *r, bool *roundtrip_ok, const dv_st_set *st, 
                 dst[i * lora + c] = k[(h * lora + c) * nope + i];
         memcpy(dst + nope * lora, v + h * vh * lora, sizeof(float) * (size_t)(vh * lora));
     }
-    /* split again: must give back k_b and v_b bit for bit */
-    bool same = true;
-    for (int64_t h = 0; h < heads && same; h++) {
-        const float *src = kv + h * (nope + vh) * lora;
-        for (int64_t i = 0; i < nope && same; i++)
-            for (int64_t c = 0; c < lora; c++)
-                if (memcmp(&src[i * lora + c], &k[(h * lora + c) * nope + i], 4)) {
-                    same = false;
-                    break;
-                }
-        if (memcmp(src + nope * lora, v + h * vh * lora, sizeof(float) * (size_t)(vh * lora)))
-            same = false;
-    }
-    *roundtrip_ok = same;
-    const dv_st_tensor *ref = dv_st_find(st, r->hf_name);
-    if (!ref) {
-        snprintf(r->status, sizeof r->status, "missing");
-        snprintf(r->note, sizeof r->note, "no %s in the reference", r->hf_name);
-        free(kv);
-        return;
-    }
-    const int64_t want[2] = {rows, lora};
-    if (!same_shape(ref, want, 2) || ref->dtype == DV_ST_OTHER) {
-        char have[96];
-        shape_str(have, sizeof have, ref->shape, ref->n_dims);
-        snprintf(r->status, sizeof r->status, "shape");
-        snprintf(r->note, sizeof r->note, "reference is %s %s, reassembled [%lld, %lld]",
-                 ref->dtype_name, have, (long long)rows, (long long)lora);
-        free(kv);
-        return;
-    }
-    double err = 0, rs = 0;
+    double e2 = 0, rs = 0;
     for (int64_t i = 0; i < rows * lora; i++) {
-        const double b = dv_st_get(ref, i), d = (double)kv[i] - b;
-        err += d * d;
+        const double b = rf[i], d = (double)kv[i] - b;
+        e2 += d * d;
         rs += b * b;
     }
-    r->err_sq = err;
+    r->err_sq = e2;
     r->ref_sq = rs;
     r->compared = true;
-    snprintf(r->note, sizeof r->note, "reassembled from attn_k_b (transposed per head) and attn_v_b");
+    snprintf(r->note, sizeof r->note, "reassembled from attn_k_b (transposed per head) and "
+             "attn_v_b; reference %s %s", r->ref_dtype, r->ref_format);
     finish(r);
     free(kv);
+    free(rf);
 }

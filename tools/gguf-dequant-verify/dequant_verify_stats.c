@@ -1,4 +1,4 @@
-/* Per-tensor statistics, the scan for suspicious block scales, and .npy output. */
+/* Per-tensor statistics and the scan for suspicious block scales. */
 #include "dequant_verify.h"
 
 #include <errno.h>
@@ -346,85 +346,4 @@ void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_
         s->blk_bad_encoding += (f & SC_BAD) != 0;
     }
     s->n_blocks += n_blocks;
-}
-
-/* ---- .npy (format version 1.0) ----
- *   "\x93NUMPY" 1 0 | header length u16 LE | "{'descr': '<f4', 'fortran_order':
- *   False, 'shape': (a, b), }" padded with spaces and '\n' so that the data
- *   starts on a multiple of 64 bytes.
- */
-int dv_npy_open(dv_npy *w, const char *path, const int64_t *shape, int n_dims)
-{
-    memset(w, 0, sizeof *w);
-    w->path = path;
-    const size_t len = strlen(path);
-    w->tmp_path = malloc(len + 16);
-    if (!w->tmp_path)
-        return ENOMEM;
-    snprintf(w->tmp_path, len + 16, "%s.tmpXXXXXX", path);
-    const int fd = mkstemp(w->tmp_path);
-    if (fd < 0) {
-        const int e = errno;
-        free(w->tmp_path);
-        w->tmp_path = NULL;
-        return e;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp makes 0600; an output file is for others too */
-    w->f = fdopen(fd, "wb");
-    if (!w->f) {
-        const int e = errno;
-        close(fd);
-        unlink(w->tmp_path);
-        free(w->tmp_path);
-        w->tmp_path = NULL;
-        return e;
-    }
-    char dict[512];
-    int k = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
-    for (int i = 0; i < n_dims; i++)
-        k += snprintf(dict + k, sizeof dict - (size_t)k, "%lld,%s", (long long)shape[i],
-                      i + 1 < n_dims ? " " : "");
-    k += snprintf(dict + k, sizeof dict - (size_t)k, "), }");
-    /* one-dimensional shapes keep the trailing comma: (n,) */
-    size_t total = 10 + (size_t)k + 1;
-    const size_t pad = (64 - total % 64) % 64;
-    const uint16_t hlen = (uint16_t)((size_t)k + pad + 1);
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xFF),
-                             (unsigned char)(hlen >> 8)};
-    fwrite(pre, 1, sizeof pre, w->f);
-    fwrite(dict, 1, (size_t)k, w->f);
-    for (size_t i = 0; i < pad; i++)
-        fputc(' ', w->f);
-    fputc('\n', w->f);
-    return ferror(w->f) ? EIO : 0;
-}
-
-int dv_npy_write(dv_npy *w, const float *x, uint64_t n)
-{
-    if (fwrite(x, sizeof(float), n, w->f) != n)
-        return errno ? errno : EIO;
-    return 0;
-}
-
-int dv_npy_close(dv_npy *w, bool commit)
-{
-    int rc = 0;
-    if (w->f) {
-        if (commit && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0))
-            rc = errno ? errno : EIO;
-        if (fclose(w->f) != 0 && rc == 0)
-            rc = errno ? errno : EIO;
-        w->f = NULL;
-    }
-    if (w->tmp_path) {
-        if (commit && rc == 0) {
-            if (rename(w->tmp_path, w->path) != 0)
-                rc = errno;
-        }
-        if (!commit || rc != 0)
-            unlink(w->tmp_path);
-        free(w->tmp_path);
-        w->tmp_path = NULL;
-    }
-    return rc;
 }

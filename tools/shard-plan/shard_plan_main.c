@@ -8,7 +8,11 @@
 #include "gguf/file.h"
 #include "gguf/model.h"
 #include "gguf/shard.h"
+#include "gguf/shard_dump.h"
 #include "shard_plan_tool.h"
+
+#include <errno.h>
+#include <sys/stat.h>
 
 enum {
     OPT_TP = 't',
@@ -23,6 +27,7 @@ enum {
     OPT_FILTER,
     OPT_FORCE,
     OPT_LIST_FAULTS,
+    OPT_DUMP_FORMAT,
 };
 
 static const cli_opt OPTS[] = {
@@ -32,6 +37,9 @@ static const cli_opt OPTS[] = {
     {OPT_JSON, "json", 0, NULL, "the whole plan as JSON (schema in docs/shard-plan.md)"},
     {OPT_WRITE, "write-shards", 1, "DIR",
      "write DIR/rank-RR-of-NN.gguf per rank and DIR/manifest.txt (XXH3-128 digests)"},
+    {OPT_DUMP_FORMAT, "dump-format", 1, "gguf|vllm",
+     "--write-shards as rank GGUFs (default) or as vLLM's sharded state "
+     "(DIR/model-rank-R-part-0.safetensors, engine names, BF16)"},
     {OPT_FORCE, "force", 0, NULL, "replace existing shard files"},
     {OPT_FAULT, "fault", 1, "NAME", "inject a fault from the catalog (repeatable)"},
     {OPT_FAULT_LAYER, "fault-layer", 1, "N", "inject faults into block N only"},
@@ -44,7 +52,8 @@ static const cli_opt OPTS[] = {
 
 static const cli_spec SPEC = {
     .tool = SP_TOOL,
-    .usage = "MODEL.gguf --tp N [--ep M] [--engine vllm|sglang] [OPTIONS]",
+    .usage = "MODEL.gguf --tp N [--ep M] [--engine vllm|sglang] [OPTIONS]\n"
+             "       shard-plan check-dump MODEL.gguf DUMP_DIR --tp N [--ep M] [--engine E] [--json]",
     .summary =
         "Show how a serving engine slices every tensor of MODEL (a file, or any part of a split\n"
         "set) over N tensor-parallel ranks: the rule, the dimension, the range each rank holds,\n"
@@ -57,7 +66,9 @@ static const cli_spec SPEC = {
                 "  shard-plan glm5-00001-of-00010.gguf --tp 8 --ep 8 --engine sglang --json\n"
                 "  shard-plan model.gguf --tp 2 --write-shards shards/\n"
                 "  shard-plan model.gguf --tp 8 --fault kv-b-whole --json > broken-plan.json\n"
-                "  shard-plan --list-faults\n",
+                "  shard-plan --list-faults\n"
+                "  shard-plan model.gguf --tp 2 --fault qkv-stream --write-shards d --dump-format vllm\n"
+                "  shard-plan check-dump model.gguf d --tp 2   (see shard-plan check-dump --help)\n",
 };
 
 static volatile sig_atomic_t g_cancel;
@@ -81,6 +92,8 @@ static int parse_int(const char *opt, const char *s, long long lo, long long hi,
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "check-dump"))
+        return sp_check_dump_main(argc - 1, argv + 1);
     sp_args a;
     memset(&a, 0, sizeof a);
     a.opts.engine = GGUF_ENGINE_VLLM;
@@ -94,14 +107,14 @@ int main(int argc, char **argv)
     for (;;) {
         c = cli_next(&SPEC, argc, argv, &arg, &optind_);
         if (c == -1) {
-            /* options may follow the model: collect it and keep parsing */
-            if (optind_ >= argc)
-                break;
-            if (n_pos < 8)
-                pos[n_pos] = argv[optind_];
-            n_pos++;
-            optind = optind_ + 1;
-            continue;
+            /* getopt has permuted every option before the positionals: they are the rest
+             * (setting optind past one of them would make glibc rewind to it) */
+            for (; optind_ < argc; optind_++) {
+                if (n_pos < 8)
+                    pos[n_pos] = argv[optind_];
+                n_pos++;
+            }
+            break;
         }
         switch (c) {
         case OPT_TP:
@@ -129,6 +142,13 @@ int main(int argc, char **argv)
             break;
         case OPT_FORCE:
             a.force = true;
+            break;
+        case OPT_DUMP_FORMAT:
+            if (strcmp(arg, "vllm") && strcmp(arg, "gguf")) {
+                cli_errorf(SP_TOOL, "--dump-format: '%s' is not gguf or vllm", arg);
+                return CLI_EXIT_USAGE;
+            }
+            a.dump_vllm = !strcmp(arg, "vllm");
             break;
         case OPT_FAULT:
             if (a.n_faults == SP_MAX_FAULTS) {
@@ -229,7 +249,17 @@ int main(int argc, char **argv)
             exit_code = CLI_EXIT_DIFF;
             goto done;
         }
-        if ((rc = sp_write_shards(p, &a, &g_cancel, &err)) != 0) {
+        if (a.dump_vllm) {
+            if (mkdir(a.shards_dir, 0777) != 0 && errno != EEXIST) {
+                cli_errorf(SP_TOOL, "%s: %s", a.shards_dir, strerror(errno));
+                exit_code = CLI_EXIT_ENV;
+                goto done;
+            }
+            rc = gguf_dump_write_vllm(p, a.shards_dir, a.force, &err);
+        } else {
+            rc = sp_write_shards(p, &a, &g_cancel, &err);
+        }
+        if (rc != 0) {
             cli_error(SP_TOOL, &err);
             exit_code = cli_exit_code(rc);
             goto done;

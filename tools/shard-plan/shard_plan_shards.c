@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "gguf/hash.h"
+#include "gguf/output.h"
 #include "gguf/types.h"
 #include "gguf/write.h"
 #include "shard_plan_tool.h"
@@ -274,17 +275,22 @@ int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_ato
         return gguf_error_setf(err, GGUF_E_IO, errno, "%s: cannot create the folder: %s", a->shards_dir,
                        strerror(errno));
     const int tp = gguf_shard_plan_ranks(p);
-    char mpath[4096], tmp[4200];
+    char mpath[4096];
     snprintf(mpath, sizeof mpath, "%s/manifest.txt", a->shards_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", mpath);
-    FILE *mf = fopen(tmp, "w");
-    if (!mf)
-        return gguf_error_setf(err, GGUF_E_IO, errno, "%s: %s", tmp, strerror(errno));
+    /* the manifest appears whole, after every rank file, or not at all */
+    gguf_output *o = NULL;
+    int rc = gguf_output_create(&o, mpath, &(gguf_output_opts){.overwrite = true}, err);
+    if (rc)
+        return rc;
+    FILE *mf = gguf_output_stream(o);
+    if (!mf) {
+        gguf_output_free(o);
+        return gguf_error_setf(err, GGUF_E_NOMEM, 0, "%s: out of memory", mpath);
+    }
     fprintf(mf, "# shard-plan manifest: %s, engine %s, tp %d, XXH3-128 of files and tensors\n",
             a->model, gguf_engine_name(gguf_shard_plan_opts(p)->engine), tp);
     cli_progress pr;
     cli_progress_start(&pr, "writing shards", (uint64_t)tp);
-    int rc = 0;
     for (int r = 0; r < tp && !rc; r++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/rank-%02d-of-%02d.gguf", a->shards_dir, r, tp);
@@ -292,13 +298,8 @@ int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_ato
         cli_progress_update(&pr, (uint64_t)r + 1);
     }
     cli_progress_end(&pr);
-    if (fclose(mf) != 0 && !rc)
-        rc = gguf_error_setf(err, GGUF_E_IO, errno, "%s: cannot write: %s", tmp, strerror(errno));
-    if (rc) {
-        remove(tmp);
-        return rc;
-    }
-    if (rename(tmp, mpath) != 0)
-        return gguf_error_setf(err, GGUF_E_IO, errno, "%s: %s", mpath, strerror(errno));
-    return 0;
+    if (!rc)
+        rc = gguf_output_commit(o, err);
+    gguf_output_free(o);
+    return rc;
 }

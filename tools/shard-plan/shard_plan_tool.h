@@ -20,6 +20,7 @@ typedef struct sp_args {
     bool force;
     const char *filter;      /* substring of tensor names to print */
     const char *shards_dir;  /* --write-shards */
+    bool dump_vllm;          /* --dump-format vllm */
     gguf_fault faults[SP_MAX_FAULTS];
     int n_faults;
     long long fault_layer;   /* -1: all layers */
@@ -36,5 +37,8 @@ void sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a);
  */
 int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_atomic_t *cancel,
                     gguf_error *err);
+
+/* shard-plan check-dump (shard_plan_dump.c). */
+int sp_check_dump_main(int argc, char **argv);
 
 #endif
