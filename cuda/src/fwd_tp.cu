@@ -919,7 +919,8 @@ int gguf_cuda_tp_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *
 }
 
 int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shard_plan *plan,
-                        gguf_nccl_comm *comm, const gguf_fwd_opts *opts, gguf_error *err)
+                        gguf_nccl_comm *comm, const gguf_fwd_opts *opts,
+                        const gguf_cuda_fwd_opts *copts, gguf_error *err)
 {
     if (!out)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda tp: NULL out");
@@ -938,6 +939,12 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
     if (fo.precision == GGUF_FWD_F64 || fo.mla_mode == GGUF_FWD_MLA_ABSORBED)
         return gguf_fail(err, GGUF_E_UNSUPPORTED, GGUF_NO_OFFSET,
                          "cuda tp: f64 and absorbed MLA are CPU only");
+    gguf_cuda_fwd_opts co = {};
+    if (copts)
+        co = *copts;
+    if (co.n_copy_threads < 0 || co.n_copy_threads > 32 || co.host_register < -1 ||
+        co.host_register > 1)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda tp: bad options");
     gguf_cuda_tp *c = (gguf_cuda_tp *)calloc(1, sizeof *c);
     if (!c)
         return fw_nomem(err, "cuda tp");
@@ -970,11 +977,12 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
     {
         /* ranks share the host's cores: a few copy threads each */
         const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        long nth = ncpu / (tp > 0 ? tp : 1);
+        long nth = co.n_copy_threads ? co.n_copy_threads : ncpu / (tp > 0 ? tp : 1);
         nth = nth < 1 ? 1 : nth > 16 ? 16 : nth;
-        if ((rc = fs_create(&c->fs, c->s, (size_t)64 << 20, (int64_t)64 << 20, (int)nth,
-                            fo.drop_pages, err)) ||
-            (rc = fs_register_model(c->fs, m, 0, err))) {
+        const size_t cb = co.chunk_bytes ? co.chunk_bytes : (size_t)64 << 20;
+        if ((rc = fs_create(&c->fs, c->s, cb, (int64_t)64 << 20, (int)nth, fo.drop_pages,
+                            err)) ||
+            (rc = fs_register_model(c->fs, m, co.host_register, err))) {
             gguf_cuda_tp_free(c);
             return rc;
         }
@@ -1043,10 +1051,11 @@ static const gguf_fwd_backend tc_backend = {"cuda-nccl", tc_be_eval, tc_be_n_pas
                                             tc_be_set_capture, tc_be_free};
 
 int gguf_cuda_tp_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard_plan *plan,
-                            gguf_nccl_comm *comm, const gguf_fwd_opts *opts, gguf_error *err)
+                            gguf_nccl_comm *comm, const gguf_fwd_opts *opts,
+                            const gguf_cuda_fwd_opts *copts, gguf_error *err)
 {
     *out = NULL;
     gguf_cuda_tp *c = NULL;
-    int rc = gguf_cuda_tp_create(&c, m, plan, comm, opts, err);
+    int rc = gguf_cuda_tp_create(&c, m, plan, comm, opts, copts, err);
     return rc ? rc : gguf_fwd_ctx_wrap(out, m, &tc_backend, c, err);
 }

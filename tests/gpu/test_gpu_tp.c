@@ -182,7 +182,7 @@ static int rank_main(const tp_case *tc, const char *path, int rank, const char *
     }
     fo.capture_user = &gpu;
     if ((rc = gguf_nccl_comm_create(&comm, rank, 2, rank, rdv, 60, &err)) ||
-        (rc = gguf_cuda_tp_create(&gc, m, plan, comm, &fo, &err)) ||
+        (rc = gguf_cuda_tp_create(&gc, m, plan, comm, &fo, NULL, &err)) ||
         (rc = gguf_cuda_tp_eval(gc, prompt, np, NULL, &err)) ||
         (rc = gguf_cuda_tp_eval(gc, &next, 1, NULL, &err))) {
         printf("FAIL %s rank %d: GPU: %s\n", tc->name, rank, err.message);

@@ -77,8 +77,12 @@ static int run_rank(const refwd_gpu_tp_args *a, int rank, int world, const char 
         rc = make_plan(a, &plan, &err);
     if (!rc)
         rc = gguf_nccl_comm_create(&comm, rank, world, device, rdv, tp_timeout(), &err);
-    if (!rc)
-        rc = gguf_cuda_tp_ctx_create(&ctx, a->m, plan, comm, &a->fo, &err);
+    {
+        gguf_cuda_fwd_opts co = {0};
+        co.host_register = a->host_register;
+        if (!rc)
+            rc = gguf_cuda_tp_ctx_create(&ctx, a->m, plan, comm, &a->fo, &co, &err);
+    }
     gguf_run_record_opts ro = {.no_sync = true, .plan = plan, .model_digest = ""};
     if (!rc)
         rc = gguf_run_record(ctx, a->set, a->tokens, a->n_tokens, out, &ro, &err);

@@ -31,6 +31,7 @@ typedef struct refwd_gpu_tp_args {
     const char *inject, *compare, *tol, *html, *record;
     bool json;
     gguf_fwd_opts fo;
+    int host_register; /* each rank's gguf_cuda_fwd_opts.host_register */
     char **argv; /* to re-execute this tool for each rank */
 } refwd_gpu_tp_args;
 

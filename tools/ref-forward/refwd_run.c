@@ -63,8 +63,8 @@ static const cli_opt options[] = {
     {OPT_BACKEND, "backend", 1, "cpu|cuda", "where the forward runs: the CPU reference (default) or "
      "one GPU (f32; records and --compare as for the CPU); with --tp N, N GPUs over NCCL"},
     {OPT_HOST_REGISTER, "host-register", 1, "auto|on|off",
-     "--backend cuda: lock the model's pages in place for the GPU's copy engine (auto: when "
-     "the files fit in half the RAM)"},
+     "--backend cuda (and its --tp ranks): lock the model's pages in place for the GPU's copy "
+     "engine (auto: when the files fit in half the RAM)"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
     {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
     {OPT_TP, "tp", 1, "N", "virtual tensor parallel: N ranks from the shard plan, compared "
@@ -522,9 +522,8 @@ static const char *conflict(const run_opts *o)
         return "--html needs --tp or --compare";
     if (o->tp && (o->logits_path || (o->n_predict && o->json)))
         return "--tp checks the input tokens: --logits (and -n with --json) do not apply";
-    if (o->host_register != 2 && (o->backend != REFWD_CUDA || o->tp))
-        return "--host-register applies to --backend cuda without --tp (tensor-parallel ranks "
-               "register in auto mode)";
+    if (o->host_register != 2 && o->backend != REFWD_CUDA)
+        return "--host-register applies to --backend cuda";
     if (o->backend == REFWD_CUDA && o->precision_set && o->fo.precision == GGUF_FWD_F64)
         return "--backend cuda computes in f32: --precision f64 is CPU only";
     if (o->backend == REFWD_CUDA && o->fo.mla_mode == GGUF_FWD_MLA_ABSORBED)
@@ -607,7 +606,7 @@ int refwd_run_main(int argc, char **argv)
         /* GPU ranks over NCCL against the single-GPU run (f32) */
         refwd_gpu_tp_args ga = {o.model, set, m, o.tokens, o.n_tokens, o.tp, o.ep, o.engine,
                                 o.inject, o.compare, o.tol, o.html, o.record_path, o.json, o.fo,
-                                argv};
+                                o.host_register == 2 ? 0 : o.host_register, argv};
         ret = refwd_gpu_tp(&ga);
     } else if (o.tp) {
         /* A plan check compares slicing, not rounding: both sides in f64 by

@@ -34,6 +34,7 @@
 #include "gguf/forward.h"
 #include "gguf/model.h"
 #include "gguf/shard.h"
+#include "ggufkit_cuda/forward_cuda.h"
 #include "ggufkit_cuda/nccl_comm.h"
 
 #ifdef __cplusplus
@@ -43,13 +44,18 @@ extern "C" {
 typedef struct gguf_cuda_tp gguf_cuda_tp;
 
 /* Rank gguf_nccl_comm_rank(comm) of the plan on the communicator's device.
- * plan, model and comm must outlive the context. */
+ * plan, model and comm must outlive the context. copts (may be NULL): as for
+ * one GPU (ggufkit_cuda/forward_cuda.h), but the device is the communicator's;
+ * chunk_bytes, n_copy_threads (0: the host's cores shared among the ranks)
+ * and host_register apply. */
 int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shard_plan *plan,
-                        gguf_nccl_comm *comm, const gguf_fwd_opts *opts, gguf_error *err);
+                        gguf_nccl_comm *comm, const gguf_fwd_opts *opts,
+                        const gguf_cuda_fwd_opts *copts, gguf_error *err);
 void gguf_cuda_tp_free(gguf_cuda_tp *c);
 /* The same rank behind the interface of gguf/forward.h (backend "cuda-nccl"). */
 int gguf_cuda_tp_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard_plan *plan,
-                            gguf_nccl_comm *comm, const gguf_fwd_opts *opts, gguf_error *err);
+                            gguf_nccl_comm *comm, const gguf_fwd_opts *opts,
+                            const gguf_cuda_fwd_opts *copts, gguf_error *err);
 
 /* As gguf_fwd_eval; logits (may be NULL) receives the gathered logits, the
  * same on every rank. */
