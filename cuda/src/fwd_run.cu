@@ -63,7 +63,18 @@ struct gguf_cuda_fwd {
     gguf_cuda_fwd_xfer xf;
     uint64_t resident;
     size_t free0; /* free device memory before the context allocated any */
+    /* --gpu-mem-limit: what the context holds, counted by its own allocations */
+    size_t mem_limit, mem_fixed; /* the cap; staging + cuBLAS workspace */
+    uint64_t mem_used;           /* pool allocations and the KV cache */
+    struct fc_alloc_rec {
+        void *p;
+        size_t n;
+    } *atab; /* live pool allocations (a few dozen at most) */
+    int an, acap;
 };
+
+/* cuBLAS's own workspace, which it allocates itself: counted against a cap. */
+#define FC_BLAS_WORKSPACE ((size_t)32 << 20)
 
 /* Device memory this context holds now (other processes on the GPU count
  * too: the figure is for a GPU of one's own). */
@@ -91,18 +102,65 @@ static double fc_now(void)
             return fwd_blas_fail((err), fc_s_, #call);                                         \
     } while (0)
 
+static const char *fc_mib(uint64_t b, char *buf, size_t n)
+{
+    snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+    return buf;
+}
+
+/* Room for `bytes` more under the cap (none without one). */
+static int fc_mem_check(gguf_cuda_fwd *c, uint64_t bytes, const char *what, gguf_error *err)
+{
+    if (!c->mem_limit || c->mem_fixed + c->mem_used + bytes <= c->mem_limit)
+        return 0;
+    char a[32], b[32], d[32];
+    return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET,
+                     "cuda: --gpu-mem-limit %s: %s needs %s more (held: %s of staging and "
+                     "workspace, %s of activations and KV cache)",
+                     fc_mib(c->mem_limit, a, sizeof a), what, fc_mib(bytes, b, sizeof b),
+                     fc_mib(c->mem_fixed, d, sizeof d), fc_mib(c->mem_used, b, sizeof b));
+}
+
 static int fc_alloc(gguf_cuda_fwd *c, void *pp, size_t bytes, gguf_error *err)
 {
     void **p = (void **)pp;
     *p = NULL;
-    GC_TRY(err, cudaMallocFromPoolAsync(p, bytes ? bytes : 16, c->pool, c->ks));
+    if (!bytes)
+        bytes = 16;
+    if (c->mem_limit) {
+        int rc = fc_mem_check(c, bytes, "an activation or scratch buffer", err);
+        if (rc)
+            return rc;
+        if (c->an == c->acap) {
+            const int cap = c->acap ? 2 * c->acap : 64;
+            void *t = realloc(c->atab, (size_t)cap * sizeof *c->atab);
+            if (!t)
+                return fw_nomem(err, "allocation table");
+            c->atab = (struct gguf_cuda_fwd::fc_alloc_rec *)t;
+            c->acap = cap;
+        }
+    }
+    GC_TRY(err, cudaMallocFromPoolAsync(p, bytes, c->pool, c->ks));
+    if (c->mem_limit) {
+        c->atab[c->an].p = *p;
+        c->atab[c->an].n = bytes;
+        c->an++;
+        c->mem_used += bytes;
+    }
     return 0;
 }
 
 static void fc_dfree(gguf_cuda_fwd *c, void *p)
 {
-    if (p)
-        (void)cudaFreeAsync(p, c->ks);
+    if (!p)
+        return;
+    (void)cudaFreeAsync(p, c->ks);
+    for (int i = c->an - 1; i >= 0; i--)
+        if (c->atab[i].p == p) {
+            c->mem_used -= c->atab[i].n;
+            c->atab[i] = c->atab[--c->an];
+            break;
+        }
 }
 
 static const gguf_tensor *W(const gguf_cuda_fwd *c, int64_t il, gguf_role role)
@@ -665,7 +723,10 @@ static int fc_grow_buf(gguf_cuda_fwd *c, float **buf, int64_t old_cap, int64_t c
                        gguf_error *err)
 {
     float *nb = NULL;
-    int rc = 0;
+    const int64_t had = *buf ? old_cap : 0; /* rows the buffer holds now */
+    int rc = fc_mem_check(c, (uint64_t)((cap - had) * w) * sizeof(float), "the KV cache", err);
+    if (rc)
+        return rc;
     GC_GOTO(err, cudaMalloc(&nb, (size_t)(cap * w) * sizeof(float)));
     if (*buf)
         GC_GOTO(err, cudaMemcpyAsync(nb, *buf, (size_t)(old_cap * w) * sizeof(float),
@@ -674,6 +735,7 @@ static int fc_grow_buf(gguf_cuda_fwd *c, float **buf, int64_t old_cap, int64_t c
     cudaFree(*buf);
     *buf = nb;
     nb = NULL;
+    c->mem_used += (uint64_t)((cap - had) * w) * sizeof(float);
 done:
     cudaFree(nb);
     return rc;
@@ -782,10 +844,32 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
         const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         const int nth = co.n_copy_threads ? co.n_copy_threads
                                           : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
-        const size_t cb = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
+        size_t cb = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
+        if (co.mem_limit && cb > co.mem_limit / 16)
+            cb = co.mem_limit / 16; /* three raw chunks and the dequantized one: a quarter */
         /* 4 floats per quantized byte cover every type but F32/F16 rows,
          * for which the bytes bind first */
         const int64_t cf = (int64_t)cb * 4 < FC_CHUNK_FLOATS ? (int64_t)cb * 4 : FC_CHUNK_FLOATS;
+        if (co.mem_limit) {
+            /* the floor: staging, cuBLAS's workspace, and one token's activations
+             * through the widest layer (x, cur, y, and a few rows of scratch) */
+            const gguf_hparams *hp = c->hp;
+            const int64_t wide = hp->n_ff > hp->n_vocab ? hp->n_ff : hp->n_vocab;
+            c->mem_limit = co.mem_limit;
+            c->mem_fixed = 3 * cb + (size_t)cf * sizeof(float) + FC_BLAS_WORKSPACE;
+            const uint64_t floor = c->mem_fixed + (uint64_t)(8 * hp->n_embd + 2 * wide) * 4;
+            if (cb < ((size_t)1 << 20) || floor > co.mem_limit) {
+                char a[32], b[32];
+                gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET,
+                          "cuda: --gpu-mem-limit %s: not even one layer fits (staging and "
+                          "one token's activations need %s)",
+                          fc_mib(co.mem_limit, a, sizeof a),
+                          fc_mib(floor > 16 * ((uint64_t)1 << 20) ? floor : 16u << 20, b,
+                                 sizeof b));
+                gguf_cuda_fwd_free(c);
+                return GGUF_E_NOMEM;
+            }
+        }
         int frc = fs_create(&c->fs, c->ks, cb, cf, nth, fo.drop_pages, err);
         if (!frc)
             frc = fs_register_model(c->fs, m, co.host_register, err);
@@ -823,6 +907,7 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
             cudaFree(c->lc[i].v);
         }
     free(c->lc);
+    free(c->atab);
     if (c->hlog)
         cudaFreeHost(c->hlog);
     fs_free(c->fs);

@@ -18,6 +18,10 @@ expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --host-register maybe
 contains "$T/err" "--host-register: 'maybe' is not auto, on or off"
 expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --host-register on
 contains "$T/err" "--host-register applies to --backend cuda"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --gpu-mem-limit 1G
+contains "$T/err" "--gpu-mem-limit applies to --backend cuda"
+expect 2 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --gpu-mem-limit lots
+contains "$T/err" "--gpu-mem-limit: 'lots' is not a size"
 # the tensor-parallel ranks take it too (issue 16): no usage error, whatever the machine
 rc=0
 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2 --host-register off >"$T/out" 2>"$T/err" ||
@@ -43,6 +47,11 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 &&
     expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --host-register off --stats \
         --compare "$T/cpu.gguf"
     contains "$T/out" "0.00 GB read in place from the registered mapping (0 MiB registered"
+    # a cap: chunks sized to it, the same answer; a cap below one layer: exit 3, said so
+    expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --gpu-mem-limit 48M \
+        --compare "$T/cpu.gguf"
+    expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --gpu-mem-limit 8M
+    contains "$T/err" "not even one layer fits"
     # tensor parallel on the GPUs of this host
     if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
         expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --tp 2

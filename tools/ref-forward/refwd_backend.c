@@ -57,17 +57,20 @@ int refwd_backend_probe(refwd_backend b, gguf_error *err)
 }
 
 int refwd_ctx_create(gguf_fwd_ctx **out, refwd_backend b, const gguf_model *m,
-                     const gguf_fwd_opts *fo, int host_register, gguf_error *err)
+                     const gguf_fwd_opts *fo, const refwd_gpu_opts *g, gguf_error *err)
 {
     *out = NULL;
     if (b == REFWD_CPU)
         return gguf_fwd_ctx_create(out, m, fo, err);
 #if defined(GGUFKIT_HAVE_CUDA)
     gguf_cuda_fwd_opts co = {0};
-    co.host_register = host_register;
+    if (g) {
+        co.host_register = g->host_register;
+        co.mem_limit = g->mem_limit;
+    }
     return gguf_cuda_fwd_ctx_create(out, m, fo, &co, err);
 #else
-    (void)host_register;
+    (void)g;
     return no_cuda(err);
 #endif
 }

@@ -6,6 +6,7 @@
 #ifndef REFWD_BACKEND_H
 #define REFWD_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -23,10 +24,15 @@ const char *refwd_backend_name(refwd_backend b);
  * build, no GPU): GGUF_E_IO with a message that says so. */
 int refwd_backend_probe(refwd_backend b, gguf_error *err);
 
-/* host_register: the GPU's gguf_cuda_fwd_opts.host_register (0 auto, 1 on,
- * -1 off); ignored by the CPU. */
+/* What --backend cuda takes beyond gguf_fwd_opts (ignored by the CPU). */
+typedef struct refwd_gpu_opts {
+    int host_register; /* gguf_cuda_fwd_opts.host_register: 0 auto, 1 on, -1 off */
+    size_t mem_limit;  /* gguf_cuda_fwd_opts.mem_limit: 0 none */
+} refwd_gpu_opts;
+
+/* g may be NULL (defaults). */
 int refwd_ctx_create(gguf_fwd_ctx **out, refwd_backend b, const gguf_model *m,
-                     const gguf_fwd_opts *fo, int host_register, gguf_error *err);
+                     const gguf_fwd_opts *fo, const refwd_gpu_opts *g, gguf_error *err);
 /* With --stats: one line on what moved to the GPU (nothing for the CPU). */
 void refwd_print_xfer(const gguf_fwd_ctx *ctx, FILE *out);
 

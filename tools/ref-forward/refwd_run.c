@@ -43,6 +43,7 @@ enum {
     OPT_BACKEND,
     OPT_PROMPT,
     OPT_HOST_REGISTER,
+    OPT_GPU_MEM,
 };
 
 static const cli_opt options[] = {
@@ -65,6 +66,9 @@ static const cli_opt options[] = {
     {OPT_HOST_REGISTER, "host-register", 1, "auto|on|off",
      "--backend cuda (and its --tp ranks): lock the model's pages in place for the GPU's copy "
      "engine (auto: when the files fit in half the RAM)"},
+    {OPT_GPU_MEM, "gpu-mem-limit", 1, "SIZE", "--backend cuda: device memory the forward may hold "
+     "(e.g. 2G): weights stream through chunks sized to fit; exit 3 when even one layer "
+     "cannot"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
     {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
     {OPT_TP, "tp", 1, "N", "virtual tensor parallel: N ranks from the shard plan, compared "
@@ -114,6 +118,7 @@ typedef struct run_opts {
     const char *inject, *compare, *tol, *html;
     refwd_backend backend;
     int host_register; /* 0 auto, 1 on, -1 off; 2: not given */
+    uint64_t gpu_mem_limit;
 } run_opts;
 
 static int report(int rc, const gguf_error *err)
@@ -340,8 +345,9 @@ static int run_single(run_opts *o, const gguf_set *set, const gguf_model *m)
     int ret = CLI_EXIT_ENV;
     gguf_fwd_opts fo = o->fo;
     fo.drop_pages = true; /* the set is mapped from files */
-    int rc = refwd_ctx_create(&ctx, o->backend, m, &fo,
-                              o->host_register == 2 ? 0 : o->host_register, &err);
+    const refwd_gpu_opts gpu = {o->host_register == 2 ? 0 : o->host_register,
+                                (size_t)o->gpu_mem_limit};
+    int rc = refwd_ctx_create(&ctx, o->backend, m, &fo, &gpu, &err);
     if (rc) {
         ret = report(rc, &err);
         goto done;
@@ -491,6 +497,12 @@ static int parse_args(int argc, char **argv, run_opts *o)
                 return CLI_EXIT_USAGE;
             }
             break;
+        case OPT_GPU_MEM:
+            if (cli_parse_size(arg, &o->gpu_mem_limit) || !o->gpu_mem_limit) {
+                cli_errorf(spec.tool, "--gpu-mem-limit: '%s' is not a size (e.g. 2G)", arg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
         case OPT_THREADS:
             if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
                 cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
@@ -524,6 +536,8 @@ static const char *conflict(const run_opts *o)
         return "--tp checks the input tokens: --logits (and -n with --json) do not apply";
     if (o->host_register != 2 && o->backend != REFWD_CUDA)
         return "--host-register applies to --backend cuda";
+    if (o->gpu_mem_limit && (o->backend != REFWD_CUDA || o->tp))
+        return "--gpu-mem-limit applies to --backend cuda on one GPU";
     if (o->backend == REFWD_CUDA && o->precision_set && o->fo.precision == GGUF_FWD_F64)
         return "--backend cuda computes in f32: --precision f64 is CPU only";
     if (o->backend == REFWD_CUDA && o->fo.mla_mode == GGUF_FWD_MLA_ABSORBED)

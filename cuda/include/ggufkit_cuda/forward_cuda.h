@@ -73,6 +73,12 @@ typedef struct gguf_cuda_fwd_opts {
                                their pages then stay resident whatever drop_pages
                                says), 1 always (GGUF_E_IO/NOMEM when CUDA refuses),
                                -1 never (gather into pinned staging) */
+    size_t mem_limit;       /* device bytes the context may hold (0: no cap): staging
+                               chunks are sized to fit (a sixteenth of the cap each),
+                               and every allocation past the cap (activations, KV
+                               cache, scratch) fails with GGUF_E_NOMEM naming what
+                               did not fit; a cap below the staging and one token's
+                               activations is refused at create */
 } gguf_cuda_fwd_opts;
 
 /* Transfer figures of a context, summed over its evals. */
