@@ -846,10 +846,12 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
                                           : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
         size_t cb = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
         if (co.mem_limit && cb > co.mem_limit / 16)
-            cb = co.mem_limit / 16; /* three raw chunks and the dequantized one: a quarter */
+            cb = co.mem_limit / 16; /* three raw chunks: 3/16 of the cap */
         /* 4 floats per quantized byte cover every type but F32/F16 rows,
          * for which the bytes bind first */
-        const int64_t cf = (int64_t)cb * 4 < FC_CHUNK_FLOATS ? (int64_t)cb * 4 : FC_CHUNK_FLOATS;
+        int64_t cf = (int64_t)cb * 4 < FC_CHUNK_FLOATS ? (int64_t)cb * 4 : FC_CHUNK_FLOATS;
+        if (co.mem_limit && cf > (int64_t)(co.mem_limit / 32))
+            cf = (int64_t)(co.mem_limit / 32); /* the dequantized chunk: an eighth of the cap */
         if (co.mem_limit) {
             /* the floor: staging, cuBLAS's workspace, and one token's activations
              * through the widest layer (x, cur, y, and a few rows of scratch) */
@@ -858,7 +860,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
             c->mem_limit = co.mem_limit;
             c->mem_fixed = 3 * cb + (size_t)cf * sizeof(float) + FC_BLAS_WORKSPACE;
             const uint64_t floor = c->mem_fixed + (uint64_t)(8 * hp->n_embd + 2 * wide) * 4;
-            if (cb < ((size_t)1 << 20) || floor > co.mem_limit) {
+            if (cb < ((size_t)1 << 20) || cf < hp->n_embd || floor > co.mem_limit) {
                 char a[32], b[32];
                 gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET,
                           "cuda: --gpu-mem-limit %s: not even one layer fits (staging and "

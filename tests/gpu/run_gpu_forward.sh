@@ -15,7 +15,8 @@
 #                ref-forward --backend cuda --compare CPU.gguf (exit 0 = within tolerance)
 #   sanitizer    compute-sanitizer memcheck on the quick test
 #   stream       bench_cuda_forward on a generated ~8 GB MoE model (Q4_K):
-#                weight GB/s into the GPU vs pinned H2D GB/s (target >= 70%)
+#                weight GB/s into the GPU vs pinned H2D GB/s (target >= 70%); then
+#                (memcap) the same model under --gpu-mem-limit 1G against no cap
 #   model20b     a generated ~20B-parameter MoE (Q4_K): 64-token prompt on the
 #                CPU (all cores) and on the GPU, timed, records compared; with 2 GPUs
 #                also --backend cuda --tp 2 against the single-GPU record, timed
@@ -31,7 +32,7 @@
 #   cmake --build build-gpufwd-run -j2 --target ref-forward gguf-gen test_gpu_forward \
 #         test_nccl_comm test_gpu_tp bench_cuda_forward shard-plan
 # GGUFKIT_SKIP="..." skips steps by name (test nccl tp integration cli sanitizer stream
-# model20b tpfaults); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model;
+# memcap model20b tpfaults; memcap runs inside stream, on its model); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model;
 # GGUFKIT_STREAM_RUNS="THREADS:CHUNK_MIB:REGISTER ..." picks the stream step's runs;
 # GGUFKIT_TP=N the tpfaults step's tp (default: the GPUs of the host). On the 2-GPU
 # machine (2026-11-30) everything but stream/model20b/tpfaults took 90 s, stream and
@@ -167,6 +168,25 @@ if ! skipped stream; then
     # a single token routes to few experts: only those move
     "$BUILD/tests/bench_cuda_forward" "$M" 1 16 64 >> "$OUT/stream.log" 2>&1
     cat "$OUT/stream.log" | tee -a "$SUM"
+    if ! skipped memcap; then
+        # the same ~8 GB model under a 256 MiB cap (issue 16): the same answer as without
+        # a cap, the device memory held, and the time of the pass next to the uncapped one
+        T64=$(python3 -c "print(','.join(str((i*7919+1)%32000) for i in range(64)))")
+        for cap in none 256M; do
+            extra=""
+            [ $cap != none ] && extra="--gpu-mem-limit $cap"
+            s0=$(date +%s.%N)
+            # shellcheck disable=SC2086
+            timeout 300 "$RF" "$M" --tokens "$T64" --backend cuda $extra --stats \
+                --record "$SCR/cap.$cap.gguf" > "$OUT/memcap-$cap.log" 2>&1
+            rc=$?
+            s1=$(date +%s.%N)
+            note "memcap $cap: rc=$rc wall=$(awk "BEGIN { printf \"%.1f\", $s1 - $s0 }") s $(grep -o 'gpu: .*' "$OUT/memcap-$cap.log")"
+        done
+        "$RF" compare "$SCR/cap.none.gguf" "$SCR/cap.256M.gguf" > "$OUT/memcap-compare.txt" 2>&1
+        note "memcap compare rc=$? $(tail -3 "$OUT/memcap-compare.txt" | tr '\n' ' ')"
+        rm -f "$SCR"/cap.*.gguf
+    fi
     rm -f "$M"
 fi
 

@@ -48,7 +48,7 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 &&
         --compare "$T/cpu.gguf"
     contains "$T/out" "0.00 GB read in place from the registered mapping (0 MiB registered"
     # a cap: chunks sized to it, the same answer; a cap below one layer: exit 3, said so
-    expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --gpu-mem-limit 48M \
+    expect 0 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --gpu-mem-limit 128M \
         --compare "$T/cpu.gguf"
     expect 3 "$RF" "$T/ds.gguf" --tokens 1,2,3 --backend cuda --gpu-mem-limit 8M
     contains "$T/err" "not even one layer fits"

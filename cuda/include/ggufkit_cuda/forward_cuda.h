@@ -74,7 +74,9 @@ typedef struct gguf_cuda_fwd_opts {
                                says), 1 always (GGUF_E_IO/NOMEM when CUDA refuses),
                                -1 never (gather into pinned staging) */
     size_t mem_limit;       /* device bytes the context may hold (0: no cap): staging
-                               chunks are sized to fit (a sixteenth of the cap each),
+                               is sized to fit (three raw chunks of a sixteenth of the
+                               cap each, the dequantized chunk an eighth; cuBLAS's
+                               32 MiB workspace counts too),
                                and every allocation past the cap (activations, KV
                                cache, scratch) fails with GGUF_E_NOMEM naming what
                                did not fit; a cap below the staging and one token's
