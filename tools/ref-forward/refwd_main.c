@@ -7,6 +7,8 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "compare") == 0)
         return refwd_compare_main(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "import-dump") == 0)
+        return refwd_import_main(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "run") == 0)
         return refwd_run_main(argc - 1, argv + 1);
     return refwd_run_main(argc, argv);
