@@ -39,6 +39,11 @@ struct gguf_import_map {
 /* Variable names a pattern binds, in order; returns the count or -1 (bad syntax). */
 int imp_pattern_vars(const char *pat, char names[][IMP_VAR_NAME], int cap);
 
+/* The point of an entry for the values of its variables (file, tensor, index order).
+ * @return 0 or GGUF_E_BAD_VALUE with the reason in bad. */
+int imp_expand_point(const imp_entry *e, const int64_t *vals, char *out, size_t cap, char *bad,
+                     size_t badn);
+
 /*
  * A compiled name pattern ('*', '?', {VAR}); match() fills the bound values
  * of the pattern's variables in order. Component patterns of a FILE never

@@ -350,8 +350,6 @@ static int bound_vars(const imp_source *s, char names[][IMP_VAR_NAME], int cap)
 }
 
 int imp_expand_point(const imp_entry *e, const int64_t *vals, char *out, size_t cap, char *bad,
-                     size_t badn);
-int imp_expand_point(const imp_entry *e, const int64_t *vals, char *out, size_t cap, char *bad,
                      size_t badn)
 {
     char names[GGUF_IMPORT_MAX_VARS][IMP_VAR_NAME];

@@ -15,8 +15,6 @@
 #include "gguf/safetensors.h"
 #include "import_internal.h"
 
-int imp_expand_point(const imp_entry *e, const int64_t *vals, char *out, size_t cap, char *bad,
-                     size_t badn);
 
 /* One opened file of the dump. */
 typedef struct imp_file {
@@ -376,13 +374,18 @@ static int add_array(gguf_import_plan *p, const gguf_import_map *map, const imp_
         const int64_t nl = shape[pl];
         a = e->src.idx_a < 0 ? nl + e->src.idx_a : e->src.idx_a;
         b = e->src.idx_b < 0 ? nl + e->src.idx_b : e->src.idx_b;
-        if (a < 0 || a >= nl || b < 0 || b >= nl)
+        if (a < 0 || a >= nl || b < 0 || b >= nl) {
+            char ix[64];
+            if (e->src.index_range)
+                snprintf(ix, sizeof ix, "%lld..%lld", (long long)e->src.idx_a,
+                         (long long)e->src.idx_b);
+            else
+                snprintf(ix, sizeof ix, "%lld", (long long)e->src.idx_a);
             return gguf_fail(err, GGUF_E_BAD_SHAPE, GGUF_NO_OFFSET,
-                             "%s: line %d: %s: index [%lld%s%lld] outside the %lld positions of "
-                             "the layer axis (shape %s, layout %s)", map->name, e->line, wh,
-                             (long long)e->src.idx_a, e->src.index_range ? ".." : "",
-                             e->src.index_range ? (long long)e->src.idx_b : 0LL, (long long)nl, ss,
-                             ls);
+                             "%s: line %d: %s: index [%s] outside the %lld positions of the "
+                             "layer axis (shape %s, layout %s)", map->name, e->line, wh, ix,
+                             (long long)nl, ss, ls);
+        }
         if (!e->src.index_range)
             b = a;
         if (a > b)
@@ -420,7 +423,7 @@ static int add_array(gguf_import_plan *p, const gguf_import_map *map, const imp_
         int32_t layer;
         const char *op;
         if (gguf_capture_parse_name(it->point, pt, sizeof pt, &rank, &layer, &op) ||
-            strcmp(pt, it->point))
+            strcmp(pt, it->point) || (!strncmp(pt, "blk.", 4) && layer < 0))
             return gguf_fail(err, GGUF_E_BAD_VALUE, GGUF_NO_OFFSET,
                              "%s: line %d: '%s' (for %s) is not a capture point name",
                              map->name, e->line, it->point, wh);
