@@ -136,10 +136,13 @@ static int model_meta(const char *path, char *digest, char *arch, size_t arch_n)
 }
 
 static void print_plan(const gguf_import_plan *p, const char *dir, const char *map,
-                       const gguf_record_meta *m)
+                       const char *map_path, const gguf_record_meta *m)
 {
-    printf("%s through %s: %lld captures of %lld tokens (backend %s, precision %s)\n", dir,
-           map, (long long)gguf_import_plan_count(p), (long long)gguf_import_plan_n_tokens(p),
+    printf("%s through map %s", dir, map);
+    if (cli_verbosity > 1 && strcmp(map, map_path))
+        printf(" (%s)", map_path);
+    printf(": %lld captures of %lld tokens (backend %s, precision %s)\n",
+           (long long)gguf_import_plan_count(p), (long long)gguf_import_plan_n_tokens(p),
            m->backend, m->precision);
     for (int64_t i = 0; i < gguf_import_plan_count(p); i++) {
         const gguf_import_item *it = gguf_import_plan_item(p, i);
@@ -262,7 +265,7 @@ int refwd_import_main(int argc, char **argv)
         m.n_tokens = (uint64_t)n;
     }
     if (cli_verbosity > 0)
-        print_plan(plan, dir, map_path, &m);
+        print_plan(plan, dir, map_arg, map_path, &m);
     const gguf_record_opts ro = {.zstd = zstd, .overwrite = true};
     if ((rc = gguf_import_plan_write(plan, out, &m, &ro, &err))) {
         cli_error(tool, &err);
