@@ -57,4 +57,23 @@ int imp_matcher_nvars(const imp_matcher *m);
 bool imp_matcher_literal(const imp_matcher *m);
 void imp_matcher_free(imp_matcher *m);
 
+/* The files a FILE pattern matches below a folder (import_walk.c). */
+typedef struct fmatch {
+    char *path;
+    int64_t vals[GGUF_IMPORT_MAX_VARS];
+    int nvals;
+} fmatch;
+
+typedef struct fwalk {
+    const char *pat; /* the whole FILE pattern, for messages */
+    fmatch *m;       /* the matches, in name order per folder */
+    int64_t n, cap;
+    gguf_error *err;
+} fwalk;
+
+/* Match the components of comp (the pattern from there on) below folder base; vals holds
+ * the nvals values bound so far. @return 0 or a gguf_status (err in w->err). */
+int imp_walk_dir(fwalk *w, const char *base, const char *comp, int64_t *vals, int nvals);
+void imp_fwalk_free(fwalk *w);
+
 #endif
