@@ -2,6 +2,7 @@
  *   ref-forward [run] MODEL.gguf [OPTIONS]   refwd_run.c (the forward pass)
  *   ref-forward compare A.gguf B.gguf        refwd_compare.c (records; see refwd_compare.h)
  *   ref-forward serve MODEL.gguf             refwd_serve.c (OpenAI-compatible HTTP server)
+ *   ref-forward import-dump DIR --map MAP    refwd_import.c (engine dumps -> a record)
  * A subcommand file exports one `int NAME_main(int argc, char **argv)`
  * taking argv[0] = the subcommand name. */
 #ifndef REF_FORWARD_H
@@ -12,5 +13,6 @@
 int refwd_run_main(int argc, char **argv);
 int refwd_compare_main(int argc, char **argv);
 int refwd_serve_main(int argc, char **argv);
+int refwd_import_main(int argc, char **argv);
 
 #endif

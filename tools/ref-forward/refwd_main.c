@@ -1,15 +1,22 @@
-/* ref-forward: dispatch to a subcommand; without one, `run`. */
+/* ref-forward: dispatch to a subcommand (ref_forward.h); without one, `run`. */
 #include <string.h>
 
 #include "ref_forward.h"
 
+static const struct {
+    const char *name;
+    int (*main)(int argc, char **argv);
+} subcommands[] = {
+    {"run", refwd_run_main},
+    {"compare", refwd_compare_main},
+    {"serve", refwd_serve_main},
+    {"import-dump", refwd_import_main},
+};
+
 int main(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "compare") == 0)
-        return refwd_compare_main(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "serve") == 0)
-        return refwd_serve_main(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "run") == 0)
-        return refwd_run_main(argc - 1, argv + 1);
+    for (size_t i = 0; argc >= 2 && i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (strcmp(argv[1], subcommands[i].name) == 0)
+            return subcommands[i].main(argc - 1, argv + 1);
     return refwd_run_main(argc, argv);
 }
