@@ -90,11 +90,14 @@ typedef struct gguf_split_part {
  * requires every offset to be the padded end of the previous tensor).
  *
  * ALIGNED: each input part's data starts at an output offset congruent to its
- * input file offset modulo a block (the output file system's block, at least
- * 4096 bytes and the alignment); within a part the input's layout is kept. The
- * gap before a part (less than a block) is a hole. Copies are then aligned on
- * both sides, so XFS and btrfs (and other file systems that share extents)
- * clone the data instead of copying it: the merge takes no new space. Valid
+ * input file offset modulo a block (2 MiB, or the output file system's block
+ * where larger, and at least the alignment); within a part the input's layout
+ * is kept. The gap before a part (less than a block) is a hole: it takes no
+ * disk space. Copies are then aligned on both sides, so XFS and btrfs (and
+ * other file systems that share extents) clone the data instead of copying it
+ * (the merge takes no new space), and elsewhere the kernel copies whole
+ * page-cache folios (on Linux 6.18 ext4, about a third faster than a copy that
+ * shifts the data by a few KiB, fsync included). Valid
  * GGUF (every offset a multiple of the alignment; gguf-py, ggufkit and other
  * readers that follow the offsets read it), identical tensors and metadata,
  * but llama.cpp refuses to load it.
@@ -131,11 +134,15 @@ typedef struct gguf_split_limits {
     bool no_tensor_first_split; /* part 1 holds only the metadata */
 } gguf_split_limits;
 
+#define GGUF_LAYOUT_BLOCK_DEFAULT (2u << 20) /* the largest page-cache folio on x86-64 */
+#define GGUF_LAYOUT_BLOCK_MAX (16u << 20)
+
 typedef struct gguf_merge_opts {
     gguf_merge_layout layout;
-    /* ALIGNED: the block to keep offsets modulo (a power of two up to 1 MiB);
-     * 0: the f_bsize of the output folder's file system (statvfs). It is
-     * raised to at least 4096 and the alignment. */
+    /* ALIGNED: the block to keep offsets modulo, a power of two up to
+     * GGUF_LAYOUT_BLOCK_MAX; 0: GGUF_LAYOUT_BLOCK_DEFAULT, or the f_bsize of
+     * the output folder's file system (statvfs) where larger. Raised to at
+     * least 4096 and the alignment. */
     uint32_t block;
 } gguf_merge_opts;
 
