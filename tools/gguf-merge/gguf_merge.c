@@ -8,9 +8,7 @@
 #include "gguf/hash.h"
 #include "gguf/split.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,41 +77,6 @@ static const cli_spec SPEC = {
         "  gguf-merge --split --split-max-size 50G model.gguf out/model\n"
         "  gguf-merge --split --split-max-tensors 64 --no-tensor-first-split --dry-run m.gguf m\n",
 };
-
-/*
- * --split-max-size: llama-gguf-split reads "50G" as 50 * 10^9 bytes, and the
- * usual reason to split is an upload limit stated in decimal gigabytes, so
- * K, M, G, T (with an optional B) are powers of 1000 here too; KiB, MiB, GiB,
- * TiB are powers of 1024. Decimals are allowed ("1.5G"); no unit is bytes.
- */
-static int parse_split_size(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-')
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v > 0))
-        return -1;
-    static const char units[] = "KMGT";
-    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-    double mult = 1;
-    if (u) {
-        bool binary = (end[1] == 'i' || end[1] == 'I') && (end[2] == 'B' || end[2] == 'b');
-        for (const char *q = units; q <= u; q++)
-            mult *= binary ? 1024.0 : 1000.0;
-        end += binary ? 3 : 1;
-        if (!binary && (*end == 'B' || *end == 'b'))
-            end++;
-    } else if (*end == 'B' || *end == 'b') {
-        end++;
-    }
-    double r = floor(v * mult);
-    if (*end || r < 1 || r >= 18446744073709551615.0)
-        return -1;
-    *out = (uint64_t)r;
-    return 0;
-}
 
 static volatile sig_atomic_t g_cancel;
 
@@ -229,7 +192,7 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_MAX_SIZE:
-            if (parse_split_size(arg, &lim.max_size)) {
+            if (cli_parse_split_size(arg, &lim.max_size)) {
                 cli_errorf(TOOL, "--split-max-size: '%s' is not a size (e.g. 500M, 1.5G, 48GiB)",
                            arg);
                 return CLI_EXIT_USAGE;
