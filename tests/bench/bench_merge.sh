@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # gguf-merge against cp, paired: each pair times `gguf-merge --merge` of a 4-part split set
 # and `cp` of the same 4 parts into a folder, both followed by `sync` of what they wrote (the
-# merge also fsyncs and renames on its own), in alternating order, on the same file system,
-# and reports the ratio cp time / merge time of every pair (>= 1: the merge is as fast as cp).
+# merge also fsyncs and renames on its own), each starting from the same state (no outputs,
+# everything synced) and removing its output afterwards, in alternating order, on the same
+# file system; it reports the ratio cp time / merge time of every pair (>= 1: the merge is
+# as fast as cp) and the new space each merge took.
 #
 #   tests/bench/bench_merge.sh BUILD_DIR [WORK_DIR] [GIB] [PAIRS]
-#       BUILD_DIR  build folder (tools/gguf-merge, tools/gguf-inspect)
+#       BUILD_DIR  build folder (tools/gguf-merge)
 #       WORK_DIR   scratch folder (default BUILD_DIR/bench-work); its file system is the
 #                  first one measured (ext4 on the development machines)
 #       GIB        size of the set in GiB of real data (default 1)
@@ -13,9 +15,8 @@
 #
 # Configurations: both layouts (contiguous, the default; aligned) on WORK_DIR's file system;
 # the same on an XFS image loop-mounted under WORK_DIR (root, mkfs.xfs and a loop device
-# needed; skipped with a message otherwise), with the new space each merge takes (statfs
-# before and after, after sync); then --verify, paired against a plain merge. Needs bash,
-# python3 (the fixture), coreutils and awk: nothing else (no bc).
+# needed; skipped with a message otherwise); then --verify, paired against a plain merge.
+# Needs bash, python3 (the fixture), coreutils and awk: nothing else (no bc).
 set -euo pipefail
 B=$(cd "${1:?usage: bench_merge.sh BUILD_DIR [WORK_DIR] [GIB] [PAIRS]}" && pwd)
 W=${2:-$B/bench-work}
@@ -23,7 +24,10 @@ GIB=${3:-1}
 PAIRS=${4:-7}
 M=$B/tools/gguf-merge
 FX=$(cd "$(dirname "$0")/../integration" && pwd)/merge_fixture.py
-[ -x "$M" ] || { echo "bench_merge: $M is missing (cmake --build BUILD --target gguf-merge)" >&2; exit 2; }
+if [ ! -x "$M" ]; then
+    echo "bench_merge: $M is missing (cmake --build BUILD --target gguf-merge)" >&2
+    exit 2
+fi
 mkdir -p "$W"
 W=$(cd "$W" && pwd)
 MNT=
@@ -70,77 +74,83 @@ run_cp() { # DIR
     cp "$1"/p-0000?-of-00004.gguf "$1/cp/"
     sync "$1"/cp/*
 }
-reset() { # DIR
+reset() { # DIR: no outputs, everything on disk
     rm -rf "$1/out.gguf" "$1/cp"
     mkdir "$1/cp"
     sync
 }
-
-# summary LABEL RATIOS...: median, min and max of the ratios
-summary() {
-    local label=$1
-    shift
-    printf '%s\n' "$@" | sort -g | awk -v l="$label" '
-        { r[NR] = $1 }
-        END { m = (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
-              printf "  %-34s median %.2fx cp  (min %.2fx, max %.2fx, %d pairs)\n", l, m, r[1], r[NR], NR }'
+# one DIR merge LAYOUT [EXTRA...] | one DIR cp: time it from the same state (no outputs,
+# synced) and remove its output again; prints "NANOSECONDS NEW_SPACE_BYTES"
+one() {
+    local d=$1 what=$2 before after t
+    shift 2
+    reset "$d"
+    before=$(free_bytes "$d")
+    t=$(time_ns "run_$what" "$d" "$@")
+    after=$(free_bytes "$d")
+    reset "$d"
+    echo "$t $((before - after))"
 }
 
-# pairs DIR LAYOUT FSLABEL: PAIRS paired runs, with the space a merge takes
+# median LABEL FORMAT RATIOS...: median, min and max
+median() {
+    local label=$1 fmt=$2
+    shift 2
+    printf '%s\n' "$@" | sort -g | awk -v l="$label" -v f="$fmt" '
+        { r[NR] = $1 }
+        END { m = (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+              printf f, l, m, r[1], r[NR], NR }'
+}
+
+# pairs DIR LAYOUT FSLABEL: PAIRS paired runs (order alternating), with the new space taken
 pairs() {
-    local d=$1 layout=$2 fs=$3 i tm tc ratios=() used=()
-    local bytes
+    local d=$1 layout=$2 fs=$3 i m c ratios=() used=() bytes med_used
     bytes=$(cat "$d"/p-0000?-of-00004.gguf | wc -c)
     for i in $(seq 1 "$PAIRS"); do
-        reset "$d"
-        local before after
-        before=$(free_bytes "$d")
         if [ $((i % 2)) -eq 1 ]; then
-            tm=$(time_ns run_merge "$d" "$layout")
-            sync
-            after=$(free_bytes "$d")
-            tc=$(time_ns run_cp "$d")
+            m=$(one "$d" merge "$layout")
+            c=$(one "$d" cp)
         else
-            tc=$(time_ns run_cp "$d")
-            rm -rf "$d/cp"
-            sync
-            before=$(free_bytes "$d")
-            tm=$(time_ns run_merge "$d" "$layout")
-            sync
-            after=$(free_bytes "$d")
+            c=$(one "$d" cp)
+            m=$(one "$d" merge "$layout")
         fi
-        ratios+=("$(calc "$tc / $tm")")
-        used+=("$((before - after))")
-        printf '    pair %d: merge %s s, cp %s s, ratio %.2f, merge took %s MB of new space\n' \
-            "$i" "$(secs "$tm")" "$(secs "$tc")" "${ratios[-1]}" "$(calc "sprintf(\"%.1f\", ($before - $after) / 1e6)")"
+        ratios+=("$(calc "${c% *} / ${m% *}")")
+        used+=("${m#* }")
+        printf '    pair %d: merge %s s (new space %s MB), cp %s s (new space %s MB), ratio %.2f\n' \
+            "$i" "$(secs "${m% *}")" "$(calc "sprintf(\"%.1f\", ${m#* } / 1e6)")" \
+            "$(secs "${c% *}")" "$(calc "sprintf(\"%.1f\", ${c#* } / 1e6)")" "${ratios[-1]}"
     done
-    summary "$fs --layout $layout" "${ratios[@]}"
-    local med_used
+    median "$fs --layout $layout" \
+        '  %-34s median %.2fx cp  (min %.2fx, max %.2fx, %d pairs)\n' "${ratios[@]}"
     med_used=$(printf '%s\n' "${used[@]}" | sort -n | awk '{ u[NR] = $1 } END { print u[int((NR + 1) / 2)] }')
     printf '  %-34s new space %s MB = %s%% of the %s MB of parts (median)\n' "" \
         "$(calc "sprintf(\"%.1f\", $med_used / 1e6)")" \
         "$(calc "sprintf(\"%.2f\", 100 * $med_used / $bytes)")" "$(calc "sprintf(\"%.0f\", $bytes / 1e6)")"
 }
 
-# verify_pairs DIR FSLABEL: merge --verify against a plain merge, paired
+json_num() { sed -n "s/.*\"$1\": \\([0-9.e+-]*\\).*/\\1/p" | awk '{ printf "%.3f", $1 }'; }
+
+# verify_pairs DIR FSLABEL: merge --verify against a plain merge, paired; then the write and
+# verification times of one --threads 1 run as --json reports them
 verify_pairs() {
     local d=$1 fs=$2 i a b ratios=() js
     for i in $(seq 1 "$PAIRS"); do
-        reset "$d"
-        a=$(time_ns run_merge "$d" contiguous)
-        reset "$d"
-        b=$(time_ns run_merge "$d" contiguous --verify)
-        reset "$d"
+        if [ $((i % 2)) -eq 1 ]; then
+            a=$(one "$d" merge contiguous)
+            b=$(one "$d" merge contiguous --verify)
+        else
+            b=$(one "$d" merge contiguous --verify)
+            a=$(one "$d" merge contiguous)
+        fi
         js=$("$M" --merge --verify --json --threads 1 "$d/p-00001-of-00004.gguf" "$d/out.gguf")
-        ratios+=("$(calc "$b / $a")")
+        reset "$d"
+        ratios+=("$(calc "${b% *} / ${a% *}")")
         printf '    pair %d: merge %s s, merge --verify %s s (x%.2f); --threads 1: seconds_write %s, seconds_verify %s\n' \
-            "$i" "$(secs "$a")" "$(secs "$b")" "${ratios[-1]}" \
-            "$(echo "$js" | sed -n 's/.*"seconds_write": \([0-9.e+-]*\).*/\1/p' | awk '{ printf "%.3f", $1 }')" \
-            "$(echo "$js" | sed -n 's/.*"seconds_verify": \([0-9.e+-]*\).*/\1/p' | awk '{ printf "%.3f", $1 }')"
+            "$i" "$(secs "${a% *}")" "$(secs "${b% *}")" "${ratios[-1]}" \
+            "$(echo "$js" | json_num seconds_write)" "$(echo "$js" | json_num seconds_verify)"
     done
-    printf '%s\n' "${ratios[@]}" | sort -g | awk -v l="$fs --verify / plain merge" '
-        { r[NR] = $1 } END { m = (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
-                             printf "  %-34s median x%.2f (min x%.2f, max x%.2f)\n", l, m, r[1], r[NR] }'
+    median "$fs --verify / plain merge" \
+        '  %-34s median x%.2f (min x%.2f, max x%.2f, %d pairs)\n' "${ratios[@]}"
 }
 
 echo "bench_merge: $(nproc) cores, $(uname -r), set of $GIB GiB in 4 parts, $PAIRS pairs each, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -161,8 +171,8 @@ fi
 img=$W/xfs.img
 MNT=$W/xfs
 mkdir -p "$MNT"
-# parts + one merged copy + cp's copies + the log, with room to spare
-truncate -s "$(calc "sprintf(\"%.0f\", $GIB * 3.5 * 1073741824 + 1073741824)")" "$img"
+# parts + one merged copy + the log, with room to spare
+truncate -s "$(calc "sprintf(\"%.0f\", $GIB * 2.5 * 1073741824 + 1073741824)")" "$img"
 if ! mkfs.xfs -q -f "$img" || ! mount -o loop "$img" "$MNT" 2>/dev/null; then
     echo "xfs: skipped (cannot make or loop-mount an XFS image here)"
     MNT=
