@@ -16,6 +16,8 @@
 # Configurations: both layouts (contiguous, the default; aligned) on WORK_DIR's file system;
 # the same on an XFS image loop-mounted under WORK_DIR (root, mkfs.xfs and a loop device
 # needed; skipped with a message otherwise); then --verify, paired against a plain merge.
+# With OLD_MERGE=PATH (another build's gguf-merge), also this build's default merge against
+# that one, paired, on WORK_DIR's file system.
 # Needs bash, python3 (the fixture), coreutils and awk: nothing else (no bc).
 set -euo pipefail
 B=$(cd "${1:?usage: bench_merge.sh BUILD_DIR [WORK_DIR] [GIB] [PAIRS]}" && pwd)
@@ -69,6 +71,10 @@ run_merge() { # DIR LAYOUT [EXTRA...]
     shift 2
     "$M" -q --merge --layout "$layout" "$@" "$d/p-00001-of-00004.gguf" "$d/out.gguf"
     sync "$d/out.gguf"
+}
+run_old() { # DIR: the OLD_MERGE binary, its default layout
+    "$OLD_MERGE" -q --merge "$1/p-00001-of-00004.gguf" "$1/out.gguf"
+    sync "$1/out.gguf"
 }
 run_cp() { # DIR
     cp "$1"/p-0000?-of-00004.gguf "$1/cp/"
@@ -153,6 +159,25 @@ verify_pairs() {
         '  %-34s median x%.2f (min x%.2f, max x%.2f, %d pairs)\n' "${ratios[@]}"
 }
 
+# old_pairs DIR FSLABEL: this build's default merge against OLD_MERGE's, paired
+old_pairs() {
+    local d=$1 fs=$2 i a b ratios=()
+    for i in $(seq 1 "$PAIRS"); do
+        if [ $((i % 2)) -eq 1 ]; then
+            a=$(one "$d" merge contiguous)
+            b=$(one "$d" old)
+        else
+            b=$(one "$d" old)
+            a=$(one "$d" merge contiguous)
+        fi
+        ratios+=("$(calc "${b% *} / ${a% *}")")
+        printf '    pair %d: this merge %s s, old merge %s s, ratio old/this %.2f\n' \
+            "$i" "$(secs "${a% *}")" "$(secs "${b% *}")" "${ratios[-1]}"
+    done
+    median "$fs old/this (contiguous)" \
+        '  %-34s median %.2fx  (min %.2fx, max %.2fx, %d pairs)\n' "${ratios[@]}"
+}
+
 echo "bench_merge: $(nproc) cores, $(uname -r), set of $GIB GiB in 4 parts, $PAIRS pairs each, $(date -u '+%Y-%m-%d %H:%M UTC')"
 fs1=$(df --output=fstype "$W" | tail -1)
 d=$W/ext
@@ -162,6 +187,10 @@ echo "$fs1 ($W):"
 pairs "$d" contiguous "$fs1"
 pairs "$d" aligned "$fs1"
 verify_pairs "$d" "$fs1"
+if [ -n "${OLD_MERGE:-}" ]; then
+    echo "$fs1: against OLD_MERGE=$OLD_MERGE"
+    old_pairs "$d" "$fs1"
+fi
 rm -rf "$d"
 
 if [ "$(id -u)" -ne 0 ] || ! command -v mkfs.xfs >/dev/null; then
