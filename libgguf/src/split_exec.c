@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -74,6 +76,32 @@ static uint64_t allocated_bytes(const gguf_file *f)
         return gguf_file_size(f);
     uint64_t a = (uint64_t)st.st_blocks * 512u;
     return a < gguf_file_size(f) ? a : gguf_file_size(f);
+}
+
+/*
+ * Does the file system of folder dir share blocks with every input part (same
+ * file system, and it clones)? Probed by cloning the first block of each part
+ * into an unnamed temporary file there (O_TMPFILE: nothing to clean up).
+ */
+static bool shares_all(const gguf_set *in, const char *dir)
+{
+    int t = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (t < 0)
+        return false;
+    struct statvfs vfs;
+    uint64_t bs = statvfs(dir, &vfs) == 0 && vfs.f_bsize ? vfs.f_bsize : 4096;
+    bool ok = true;
+    for (uint32_t i = 0; ok && i < gguf_set_part_count(in); i++) {
+        const gguf_file *f = gguf_set_part(in, i);
+        struct file_clone_range r = {.src_fd = gguf_file_fd(f),
+                                     .src_offset = 0,
+                                     .src_length = gguf_file_size(f) < bs ? 0 : bs,
+                                     .dest_offset = (uint64_t)i * bs};
+        /* src_length 0 clones to the end of a part smaller than a block */
+        ok = r.src_fd >= 0 && ioctl(t, FICLONERANGE, &r) == 0;
+    }
+    close(t);
+    return ok;
 }
 
 int gguf_split_check_outputs(const gguf_set *in, const gguf_split_plan *p, bool overwrite,
@@ -135,6 +163,15 @@ int gguf_split_check_outputs(const gguf_set *in, const gguf_split_plan *p, bool 
         uint64_t need = alloc_in + headers;
         if (need > p->total_size)
             need = p->total_size;
+        /* An aligned merge onto a file system that shares the inputs' blocks
+         * writes only the headers and a block or two around each part's start
+         * and end (and the file system's own metadata). */
+        if (p->layout == GGUF_LAYOUT_ALIGNED && shares_all(in, dir)) {
+            uint64_t bs = vfs.f_bsize ? (uint64_t)vfs.f_bsize : 4096;
+            uint64_t small = headers + n_in * (2 * bs + p->alignment) + (1u << 20);
+            if (small < need)
+                need = small;
+        }
         uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
         if (need > avail)
             rc = gguf_fail(err, GGUF_E_NOSPACE, GGUF_NO_OFFSET,

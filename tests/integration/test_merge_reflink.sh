@@ -87,4 +87,15 @@ expect 0 "$M" --merge --layout aligned --verify "$X/p-00004-of-00004.gguf" "$X/a
 contains "$T/out" "verified 4 tensors"
 expect 0 "$M" --merge --verify "$X/p-00001-of-00004.gguf" "$X/back.gguf"
 
+# Nearly full: less free space than the data. The contiguous merge is refused before it
+# writes; the aligned one fits (the free-space check knows the blocks will be shared).
+rm -f "$X"/al*.gguf "$X/co.gguf" "$X/back.gguf"
+sync
+fill=$(( $(avail) - 40 * 1024 * 1024 ))
+fallocate -l "$fill" "$X/filler" || fail "fallocate"
+expect 3 "$M" --merge "$X/p-00001-of-00004.gguf" "$X/co.gguf"
+contains "$T/err" "not enough free space"
+expect 0 "$M" --merge --layout aligned --verify "$X/p-00001-of-00004.gguf" "$X/al.gguf"
+contains "$T/out" "verified 4 tensors"
+
 finish

@@ -191,7 +191,10 @@ bool gguf_split_is_split_key(const char *key);
  * Check the outputs of a plan before writing: none is one of the input parts
  * (same st_dev and st_ino, whatever the spelling: symlinks, hard links, "./"),
  * none exists unless overwrite, each folder exists, and the file system of each
- * folder has room (an estimate that counts holes of sparse inputs as free).
+ * folder has room (an estimate that counts holes of sparse inputs as free; for
+ * an aligned merge onto a file system that shares the inputs' blocks, probed
+ * by cloning a block of each part into an unnamed temporary file, only the
+ * headers and a few blocks a part).
  * @return 0; GGUF_E_EXISTS; GGUF_E_NOT_FOUND (no such folder); GGUF_E_NOSPACE;
  *         GGUF_E_IO.
  */
