@@ -239,7 +239,7 @@ if [ -x "$GEN" ]; then
     if [ -f "$MAP" ]; then
         d=$T/glm
         mkdir -p "$d"
-        "$GEN" replica -q --split-max-size 45G "$MAP" "$d/glm51.gguf"
+        "$GEN" replica -q --split-max-size 45GiB "$MAP" "$d/glm51.gguf"  # 10 parts
         expect 0 "$M" --merge --no-sync "$d/glm51-00007-of-00010.gguf" "$d/merged.gguf"
         contains "$T/out" "merged 10 parts (1809 tensors, 425.10 GiB)"
         [ "$(stat -c %s "$d/merged.gguf")" -gt 450000000000 ] && pass || fail "GLM replica size"
