@@ -12,6 +12,7 @@
  * output this call renamed into place; the inputs are only read.
  */
 #include "error_internal.h"
+#include "gguf/output.h"
 #include "gguf/split.h"
 #include "gguf/write.h"
 
@@ -52,19 +53,6 @@ static char *dir_of(const char *path)
     char *d = strdup(dirname(c));
     free(c);
     return d;
-}
-
-static void sync_dir_of(const char *path)
-{
-    char *d = dir_of(path);
-    if (!d)
-        return;
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(d);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -453,7 +441,7 @@ static void remove_outputs(const gguf_split_plan *p, uint32_t n)
     for (uint32_t k = 0; k < n; k++)
         unlink(p->parts[k].path);
     if (n)
-        sync_dir_of(p->parts[0].path);
+        gguf_fsync_parent(p->parts[0].path);
 }
 
 /* ---------------------------------------------------------------- digests */
@@ -681,7 +669,7 @@ static int delete_inputs(const gguf_set *in, gguf_split_report *r, gguf_error *e
         if (unlink(path) != 0) {
             int e = errno;
             if (r->n_deleted)
-                sync_dir_of(gguf_file_path(gguf_set_part(in, 0)));
+                gguf_fsync_parent(gguf_file_path(gguf_set_part(in, 0)));
             return gguf_fail_errno(err, GGUF_E_IO, e,
                                    "%s: cannot delete the input part %u (the output is complete "
                                    "and verified; %u part(s) were deleted)",
@@ -690,7 +678,7 @@ static int delete_inputs(const gguf_set *in, gguf_split_report *r, gguf_error *e
         r->n_deleted++;
     }
     if (n)
-        sync_dir_of(gguf_file_path(gguf_set_part(in, 0)));
+        gguf_fsync_parent(gguf_file_path(gguf_set_part(in, 0)));
     return GGUF_OK;
 }
 
@@ -701,7 +689,7 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
     gguf_error_clear(err);
     if (report)
         *report = NULL;
-    if (!in || !p || !p->n_parts || p->n_tensors != gguf_set_tensor_count(in))
+    if (!in || !p || !p->n_parts || !p->offsets || p->n_tensors != gguf_set_tensor_count(in))
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_execute: bad args");
     gguf_split_job_opts o = {0};
     if (opts)

@@ -58,7 +58,7 @@ struct gguf_writer {
     uint64_t n_tensors, cap_tensors;
     uint64_t data_size;  /* padded */
 
-    bool header_done, finished;
+    bool header_done;
     uint64_t header_size, data_offset;
     uint64_t out_pos;    /* next byte of the file to write */
     uint64_t cur, cur_done; /* tensor being written, bytes of it written */
@@ -772,8 +772,5 @@ int gguf_writer_finish(gguf_writer *w, gguf_error *err)
         return rc;
     /* fsync, the cancel flag once more, rename (no replace unless overwrite),
      * fsync of the folder. */
-    if ((rc = gguf_output_commit(w->out, err)))
-        return rc;
-    w->finished = true;
-    return GGUF_OK;
+    return gguf_output_commit(w->out, err);
 }
