@@ -43,8 +43,8 @@ static const cli_opt OPTS[] = {
      "put only the metadata in the first part"},
     {OPT_LAYOUT, "layout", 1, "NAME",
      "merged tensor data: 'contiguous' (default; what llama.cpp loads) or 'aligned' (each "
-     "part keeps its offset modulo the file-system block: XFS/btrfs share the extents, no "
-     "new space; llama.cpp refuses the file, gguf-py and ggufkit read it)"},
+     "part keeps its offset modulo 2 MiB: aligned kernel copies, XFS/btrfs share the blocks; "
+     "llama.cpp refuses such a file, gguf-py and ggufkit read it)"},
     {OPT_DRY_RUN, "dry-run", 0, NULL, "read the headers, check the outputs, print the plan"},
     {'f', "force", 0, NULL, "replace existing outputs (never an input)"},
     {OPT_VERIFY, "verify", 0, NULL,
