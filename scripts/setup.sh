@@ -10,7 +10,7 @@ shift || true
 need_pkgs=()
 for p in build-essential cmake pkg-config libzstd-dev libxxhash-dev check clang \
          libclang-rt-14-dev libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev \
-         libpcre2-dev chromium; do
+         libpcre2-dev chromium xfsprogs; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

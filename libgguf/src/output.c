@@ -49,8 +49,8 @@ static int make_temp(gguf_output *o, gguf_error *err)
         int e = errno;
         free(o->tmp);
         o->tmp = NULL;
-        rc = gguf_fail_errno(err, io_code(e), e, "%s: cannot create a temporary file beside it",
-                             o->path);
+        rc = gguf_fail_errno(err, io_code(e), e,
+                             "%s: cannot create a temporary file beside the output", o->path);
         goto done;
     }
     /* mkstemp makes 0600; an output is an ordinary file: 0666 minus umask. */
@@ -205,6 +205,9 @@ int gguf_output_commit(gguf_output *o, gguf_error *err)
     }
     if (!rc && !o->opts.no_sync && fsync(o->fd) != 0)
         rc = gguf_fail_errno(err, io_code(errno), errno, "%s: fsync failed", o->path);
+    if (!rc && o->opts.cancel && *o->opts.cancel)
+        rc = gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET,
+                       "%s: interrupted; the partial output was removed", o->path);
     if (!rc)
         rc = place(o, err);
     if (rc)

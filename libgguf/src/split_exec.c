@@ -12,6 +12,7 @@
  * output this call renamed into place; the inputs are only read.
  */
 #include "error_internal.h"
+#include "gguf/output.h"
 #include "gguf/split.h"
 #include "gguf/write.h"
 
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -52,19 +55,6 @@ static char *dir_of(const char *path)
     return d;
 }
 
-static void sync_dir_of(const char *path)
-{
-    char *d = dir_of(path);
-    if (!d)
-        return;
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(d);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
 /* ---------------------------------------------------------------- checks */
 
 static uint64_t allocated_bytes(const gguf_file *f)
@@ -74,6 +64,32 @@ static uint64_t allocated_bytes(const gguf_file *f)
         return gguf_file_size(f);
     uint64_t a = (uint64_t)st.st_blocks * 512u;
     return a < gguf_file_size(f) ? a : gguf_file_size(f);
+}
+
+/*
+ * Does the file system of folder dir share blocks with every input part (same
+ * file system, and it clones)? Probed by cloning the first block of each part
+ * into an unnamed temporary file there (O_TMPFILE: nothing to clean up).
+ */
+static bool shares_all(const gguf_set *in, const char *dir)
+{
+    int t = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (t < 0)
+        return false;
+    struct statvfs vfs;
+    uint64_t bs = statvfs(dir, &vfs) == 0 && vfs.f_bsize ? vfs.f_bsize : 4096;
+    bool ok = true;
+    for (uint32_t i = 0; ok && i < gguf_set_part_count(in); i++) {
+        const gguf_file *f = gguf_set_part(in, i);
+        struct file_clone_range r = {.src_fd = gguf_file_fd(f),
+                                     .src_offset = 0,
+                                     .src_length = gguf_file_size(f) < bs ? 0 : bs,
+                                     .dest_offset = (uint64_t)i * bs};
+        /* src_length 0 clones to the end of a part smaller than a block */
+        ok = r.src_fd >= 0 && ioctl(t, FICLONERANGE, &r) == 0;
+    }
+    close(t);
+    return ok;
 }
 
 int gguf_split_check_outputs(const gguf_set *in, const gguf_split_plan *p, bool overwrite,
@@ -135,6 +151,15 @@ int gguf_split_check_outputs(const gguf_set *in, const gguf_split_plan *p, bool 
         uint64_t need = alloc_in + headers;
         if (need > p->total_size)
             need = p->total_size;
+        /* An aligned merge onto a file system that shares the inputs' blocks
+         * writes only the headers and a block or two around each part's start
+         * and end (and the file system's own metadata). */
+        if (p->layout == GGUF_LAYOUT_ALIGNED && shares_all(in, dir)) {
+            uint64_t bs = vfs.f_bsize ? (uint64_t)vfs.f_bsize : 4096;
+            uint64_t small = headers + n_in * (2 * bs + p->alignment) + (1u << 20);
+            if (small < need)
+                need = small;
+        }
         uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
         if (need > avail)
             rc = gguf_fail(err, GGUF_E_NOSPACE, GGUF_NO_OFFSET,
@@ -206,6 +231,7 @@ static int hash_fd(volatile sig_atomic_t *cancel, atomic_ullong *done, gguf_hash
 typedef struct copy_state {
     const gguf_split_job_opts *o;
     uint64_t done, total;
+    uint64_t n_ranges;
     /* Digests of the input tensors, taken just before each chunk is copied: the
      * copy then reads the chunk from the page cache, so a verified merge of a
      * model larger than memory reads its inputs from disk once, not twice. */
@@ -213,6 +239,145 @@ typedef struct copy_state {
     gguf_hasher *h;
     uint8_t *buf, *zeros;
 } copy_state;
+
+/* Are the n bytes of fd at off all zeros? Read with pread, not through the map:
+ * an input that shrank must give an error later, not a SIGBUS here. */
+static bool zero_bytes(int fd, uint64_t off, uint64_t n, uint8_t *buf)
+{
+    while (n) {
+        ssize_t r = pread(fd, buf, (size_t)n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false; /* the tensor-by-tensor copy reports it */
+        for (ssize_t k = 0; k < r; k++)
+            if (buf[k])
+                return false;
+        off += (uint64_t)r;
+        n -= (uint64_t)r;
+    }
+    return true;
+}
+
+/*
+ * End of the run of tensors from i (before end) that one range copy carries:
+ * tensors of one input part at the same offsets relative to tensor i as in the
+ * output, with only zeros between them (their padding), so the copy gives the
+ * same bytes as a tensor-by-tensor copy. A whole part, when it was written
+ * with the same alignment (the usual case); a single tensor otherwise.
+ */
+static int64_t run_end(const gguf_set *in, const gguf_split_plan *p, int64_t i, int64_t end,
+                       uint8_t *buf)
+{
+    const gguf_tensor *a = gguf_set_tensor_at(in, i);
+    int fd = gguf_file_fd(gguf_set_part(in, a->part));
+    int64_t j = i + 1;
+    if (fd < 0) /* opened from memory: written from there, tensor by tensor */
+        return j;
+    for (; j < end; j++) {
+        const gguf_tensor *prev = gguf_set_tensor_at(in, j - 1), *t = gguf_set_tensor_at(in, j);
+        uint64_t prev_end = prev->file_offset + prev->nbytes;
+        if (t->part != a->part || t->file_offset < prev_end ||
+            t->file_offset - prev_end >= p->alignment ||
+            t->file_offset - a->file_offset != p->offsets[j] - p->offsets[i] ||
+            !zero_bytes(fd, prev_end, t->file_offset - prev_end, buf))
+            break;
+    }
+    return j;
+}
+
+static int read_fail(const gguf_set *in, const gguf_tensor *t, int e, uint64_t at,
+                     gguf_error *err)
+{
+    const char *path = gguf_file_path(gguf_set_part(in, t->part));
+    if (e == ENODATA)
+        return gguf_fail(err, GGUF_E_TRUNCATED, at,
+                         "%s: input ended while reading tensor '%s' (file shrank?)", path,
+                         t->name);
+    return gguf_fail_errno(err, GGUF_E_IO, e, "%s: read failed", path);
+}
+
+/* Tensors [i, j) from memory (an input opened from a buffer): written through
+ * the writer's buffer, digested on the way. */
+static int write_from_memory(const gguf_set *in, gguf_writer *w, int64_t i, int64_t j,
+                             copy_state *cs, gguf_error *err)
+{
+    int rc = GGUF_OK;
+    for (; !rc && i < j; i++) {
+        const gguf_tensor *t = gguf_set_tensor_at(in, i);
+        if (cs->in_digests)
+            gguf_hasher_reset(cs->h);
+        for (uint64_t off = 0; !rc && off < t->nbytes; off += COPY_STEP) {
+            uint64_t n = t->nbytes - off < COPY_STEP ? t->nbytes - off : COPY_STEP;
+            if (cs->in_digests)
+                gguf_hasher_update(cs->h, t->data + off, (size_t)n);
+            if (!(rc = gguf_writer_write(w, t->data + off, n, err))) {
+                cs->done += n;
+                if (cs->o->progress)
+                    cs->o->progress(cs->o->progress_ctx, GGUF_SPLIT_PHASE_COPY, cs->done,
+                                    cs->total);
+            }
+        }
+        if (!rc && cs->in_digests)
+            gguf_hasher_final(cs->h, &cs->in_digests[i]);
+    }
+    return rc;
+}
+
+/*
+ * Copy the run [i, j) (see run_end) as one range of its input file, in steps
+ * of COPY_STEP at multiples of COPY_STEP of the input offset (so that, in an
+ * aligned layout, every step but the first starts block-aligned on both
+ * sides). Before each step, the input bytes of the tensors it holds are
+ * digested (they are then in the page cache for the copy).
+ */
+static int copy_run(const gguf_set *in, const gguf_split_plan *p, gguf_writer *w, int64_t i,
+                    int64_t j, copy_state *cs, gguf_error *err)
+{
+    const gguf_tensor *a = gguf_set_tensor_at(in, i), *z = gguf_set_tensor_at(in, j - 1);
+    int fd = gguf_file_fd(gguf_set_part(in, a->part));
+    if (fd < 0)
+        return write_from_memory(in, w, i, j, cs, err);
+    const gguf_split_job_opts *o = cs->o;
+    const uint64_t in0 = a->file_offset, in_end = z->file_offset + z->nbytes;
+    uint64_t pos = in0;
+    int64_t h = i; /* the tensor being digested */
+    int rc = GGUF_OK;
+    if (cs->in_digests)
+        gguf_hasher_reset(cs->h);
+    do {
+        uint64_t stop = (pos / COPY_STEP + 1) * COPY_STEP, data = 0;
+        if (stop > in_end)
+            stop = in_end;
+        for (; h < j; h++) {
+            const gguf_tensor *t = gguf_set_tensor_at(in, h);
+            uint64_t ts = t->file_offset, te = ts + t->nbytes;
+            uint64_t from = ts > pos ? ts : pos, to = te < stop ? te : stop;
+            if (from < to) {
+                data += to - from;
+                int e = cs->in_digests ? hash_fd(o->cancel, NULL, cs->h, cs->buf, cs->zeros, fd,
+                                                 from, to - from)
+                                       : 0;
+                if (e)
+                    return read_fail(in, t, e, from, err);
+            }
+            if (te > stop)
+                break; /* continues in the next step */
+            if (cs->in_digests) {
+                gguf_hasher_final(cs->h, &cs->in_digests[h]);
+                gguf_hasher_reset(cs->h);
+            }
+        }
+        rc = gguf_writer_copy_range(w, fd, pos, p->offsets[i] + (pos - in0), stop - pos, err);
+        if (rc)
+            return rc;
+        cs->done += data;
+        if (o->progress)
+            o->progress(o->progress_ctx, GGUF_SPLIT_PHASE_COPY, cs->done, cs->total);
+        pos = stop;
+    } while (pos < in_end);
+    return GGUF_OK;
+}
 
 static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, copy_state *cs,
                       gguf_error *err)
@@ -243,9 +408,10 @@ static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, 
             !(rc = add_u16(w, GGUF_KEY_SPLIT_COUNT, (uint16_t)p->n_parts, err)))
             rc = gguf_writer_add_i32(w, GGUF_KEY_SPLIT_TENSORS, (int32_t)p->n_tensors, err);
     }
-    for (int64_t i = part->first; !rc && i < part->first + part->count; i++) {
+    const int64_t end = part->first + part->count;
+    for (int64_t i = part->first; !rc && i < end; i++) {
         const gguf_tensor *t = gguf_set_tensor_at(in, i);
-        rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, err);
+        rc = gguf_writer_add_tensor_at(w, t->name, t->type, t->n_dims, t->ne, p->offsets[i], err);
     }
     if (!rc && gguf_writer_total_size(w) != part->size)
         rc = gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
@@ -254,40 +420,11 @@ static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, 
                        (unsigned long long)gguf_writer_total_size(w));
     if (!rc)
         rc = gguf_writer_write_header(w, err);
-    for (int64_t i = part->first; !rc && i < part->first + part->count; i++) {
-        const gguf_tensor *t = gguf_set_tensor_at(in, i);
-        int fd = gguf_file_fd(gguf_set_part(in, t->part));
-        if (cs->in_digests)
-            gguf_hasher_reset(cs->h);
-        for (uint64_t off = 0; !rc && off < t->nbytes; off += COPY_STEP) {
-            uint64_t n = t->nbytes - off < COPY_STEP ? t->nbytes - off : COPY_STEP;
-            if (cs->in_digests && fd >= 0) {
-                int e = hash_fd(o->cancel, NULL, cs->h, cs->buf, cs->zeros, fd,
-                                t->file_offset + off, n);
-                if (e == ENODATA)
-                    rc = gguf_fail(err, GGUF_E_TRUNCATED, t->file_offset + off,
-                                   "%s: input ended while reading tensor '%s' (file shrank?)",
-                                   gguf_file_path(gguf_set_part(in, t->part)), t->name);
-                else if (e)
-                    rc = gguf_fail_errno(err, GGUF_E_IO, e, "%s: read failed",
-                                         gguf_file_path(gguf_set_part(in, t->part)));
-                if (rc)
-                    break;
-            } else if (cs->in_digests) {
-                gguf_hasher_update(cs->h, t->data + off, (size_t)n);
-            }
-            if (fd >= 0)
-                rc = gguf_writer_copy_fd(w, fd, t->file_offset + off, n, err);
-            else
-                rc = gguf_writer_write(w, t->data + off, n, err);
-            if (!rc) {
-                cs->done += n;
-                if (o->progress)
-                    o->progress(o->progress_ctx, GGUF_SPLIT_PHASE_COPY, cs->done, cs->total);
-            }
-        }
-        if (!rc && cs->in_digests)
-            gguf_hasher_final(cs->h, &cs->in_digests[i]);
+    for (int64_t i = part->first; !rc && i < end;) {
+        int64_t j = run_end(in, p, i, end, cs->buf);
+        rc = copy_run(in, p, w, i, j, cs, err);
+        cs->n_ranges++;
+        i = j;
     }
     if (!rc && cancelled(o))
         rc = gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET,
@@ -304,7 +441,7 @@ static void remove_outputs(const gguf_split_plan *p, uint32_t n)
     for (uint32_t k = 0; k < n; k++)
         unlink(p->parts[k].path);
     if (n)
-        sync_dir_of(p->parts[0].path);
+        gguf_fsync_parent(p->parts[0].path);
 }
 
 /* ---------------------------------------------------------------- digests */
@@ -488,7 +625,7 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
     double t0 = now_s();
     if ((rc = digest_jobs(jobs, nj, o, err)))
         goto done;
-    r->seconds_verify = now_s() - t0;
+    r->seconds_digest = now_s() - t0;
     gguf_digest_model(ts, r->tensor_digests, n, &r->model_digest);
     r->have_digests = o->digests;
     r->n_tensors = n;
@@ -511,6 +648,7 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
             }
         }
         r->verified = true;
+        r->seconds_verify = r->seconds_digest;
     }
 done:
     if (outs)
@@ -531,7 +669,7 @@ static int delete_inputs(const gguf_set *in, gguf_split_report *r, gguf_error *e
         if (unlink(path) != 0) {
             int e = errno;
             if (r->n_deleted)
-                sync_dir_of(gguf_file_path(gguf_set_part(in, 0)));
+                gguf_fsync_parent(gguf_file_path(gguf_set_part(in, 0)));
             return gguf_fail_errno(err, GGUF_E_IO, e,
                                    "%s: cannot delete the input part %u (the output is complete "
                                    "and verified; %u part(s) were deleted)",
@@ -540,7 +678,7 @@ static int delete_inputs(const gguf_set *in, gguf_split_report *r, gguf_error *e
         r->n_deleted++;
     }
     if (n)
-        sync_dir_of(gguf_file_path(gguf_set_part(in, 0)));
+        gguf_fsync_parent(gguf_file_path(gguf_set_part(in, 0)));
     return GGUF_OK;
 }
 
@@ -551,7 +689,7 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
     gguf_error_clear(err);
     if (report)
         *report = NULL;
-    if (!in || !p || !p->n_parts || p->n_tensors != gguf_set_tensor_count(in))
+    if (!in || !p || !p->n_parts || !p->offsets || p->n_tensors != gguf_set_tensor_count(in))
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_execute: bad args");
     gguf_split_job_opts o = {0};
     if (opts)
@@ -565,11 +703,15 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
         goto fail;
     for (int64_t i = 0; i < p->n_tensors; i++)
         cs.total += gguf_set_tensor_at(in, i)->nbytes;
+    cs.buf = malloc(READ_STEP); /* padding checks (run_end) and input digests */
+    if (!cs.buf) {
+        rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
+        goto fail;
+    }
     if (o.verify || o.digests || o.delete_inputs) {
         r->tensor_digests = calloc((size_t)p->n_tensors + 1, sizeof *r->tensor_digests);
-        cs.buf = malloc(READ_STEP);
         cs.zeros = calloc(1, READ_STEP);
-        if (!r->tensor_digests || !cs.buf || !cs.zeros || gguf_hasher_new(&cs.h) != GGUF_OK) {
+        if (!r->tensor_digests || !cs.zeros || gguf_hasher_new(&cs.h) != GGUF_OK) {
             rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
             goto fail;
         }
@@ -597,6 +739,7 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
         r->bytes_written += p->parts[k].size;
     }
     r->n_outputs = written;
+    r->n_ranges = cs.n_ranges;
     r->seconds_copy = now_s() - t0;
     if (o.verify || o.digests || o.delete_inputs) {
         if ((rc = verify_and_digest(in, p, &o, r, err))) {

@@ -4,15 +4,13 @@
  * a manifest.
  */
 #include "error_internal.h"
+#include "gguf/output.h"
 #include "gguf/split.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 static void json_str(FILE *out, const char *s)
 {
@@ -117,50 +115,9 @@ int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_s
         free(text);
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
     }
-    size_t tlen = strlen(path) + 16;
-    char *tmp = malloc(tlen);
-    int rc = GGUF_OK, fd = -1;
-    bool created = false;
-    if (!tmp) {
-        rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
-        goto done;
-    }
-    snprintf(tmp, tlen, "%s.%d.tmp", path, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    created = fd >= 0;
-    if (fd < 0) {
-        rc = gguf_fail_errno(err, errno == ENOSPC ? GGUF_E_NOSPACE : GGUF_E_IO, errno,
-                             "%s: cannot create the manifest", tmp);
-        goto done;
-    }
-    for (size_t off = 0; off < len;) {
-        ssize_t k = write(fd, text + off, len - off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            int e = errno;
-            rc = gguf_fail_errno(err,
-                                 (e == ENOSPC || e == EFBIG || e == EDQUOT) ? GGUF_E_NOSPACE
-                                                                            : GGUF_E_IO,
-                                 e, "%s: cannot write the manifest", tmp);
-            goto done;
-        }
-        off += (size_t)k;
-    }
-    if (fsync(fd) != 0) {
-        rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: fsync failed", tmp);
-        goto done;
-    }
-    close(fd);
-    fd = -1;
-    if (rename(tmp, path) != 0)
-        rc = gguf_fail_errno(err, GGUF_E_IO, errno, "%s: cannot rename the manifest", path);
-done:
-    if (fd >= 0)
-        close(fd);
-    if (rc && created)
-        unlink(tmp); /* only a file this call created */
-    free(tmp);
+    /* Temporary file, fsync, rename (no replace unless overwrite), folder fsync. */
+    gguf_output_opts oo = {.overwrite = overwrite};
+    int rc = gguf_output_write_file(path, text, len, &oo, err);
     free(text);
     return rc;
 }

@@ -34,8 +34,9 @@ static const cli_opt opts[] = {
     {O_SPARSE, "sparse", 0, NULL, "leave tensor data as holes (all zeros, no disk used)"},
     {O_FILL, "fill", 0, NULL, "replica: generate data instead of holes"},
     {O_SPLIT_T, "split-max-tensors", 1, "N", "write a split set, at most N tensors a part"},
-    {O_SPLIT_S, "split-max-size", 1, "SIZE", "write a split set, at most SIZE (e.g. 300M) of "
-                                             "tensor data a part"},
+    {O_SPLIT_S, "split-max-size", 1, "SIZE",
+     "write a split set, at most SIZE of tensor data a part (as llama-gguf-split: 300M is "
+     "300*10^6 bytes; K M G T powers of 1000, KiB MiB GiB TiB of 1024)"},
     {O_FORCE, "force", 0, NULL, "replace existing outputs"},
     {O_JSON, "json", 0, NULL, "print what was written as JSON (schema: docs/gguf-gen.md)"},
     {O_NO_SYNC, "no-sync", 0, NULL, "skip fsync (scratch files, tests)"},
@@ -319,8 +320,9 @@ int main(int argc, char **argv)
             }
             break;
         case O_SPLIT_S:
-            if (cli_parse_size(arg, &wo.split_max_size) || !wo.split_max_size) {
-                rc = usage_error("--split-max-size: '%s' is not a size (e.g. 300M)", arg);
+            if (cli_parse_split_size(arg, &wo.split_max_size)) {
+                rc = usage_error("--split-max-size: '%s' is not a size (e.g. 300M, 1.5G, 48GiB)",
+                                 arg);
                 goto done;
             }
             break;

@@ -184,8 +184,17 @@ expect 0 G model --arch llama "${SMALL[@]}" --split-max-tensors 1000 "$T/single.
 want "a split set of one part when all fits (as gguf-split)" "$T/single-00001-of-00001.gguf" \
     "[d['metadata'][k] for k in ('split.no', 'split.count', 'split.tensors.count')]" "[0, 1, 21]"
 expect 0 G model --arch llama "${SMALL[@]}" --split-max-size 200K "$T/ss.gguf"
-want "--split-max-size: parts of at most 200K of data" "$(ls "$T"/ss-00001-of-*.gguf)" \
-    "[len(d['files']) > 2, all(f['size'] - f['data_offset'] <= 200 * 1024 for f in d['files'])]" "[True, True]"
+want "--split-max-size: parts of at most 200K = 200000 bytes of data" "$(ls "$T"/ss-00001-of-*.gguf)" \
+    "[len(d['files']) > 2, all(f['size'] - f['data_offset'] <= 200 * 1000 for f in d['files'])]" "[True, True]"
+# Units as llama-gguf-split (and gguf-merge): K is 1000, KiB 1024; the same parts as bytes.
+for spec in 200K:200000 200KiB:204800 0.2M:200000; do
+    rm -rf "$T/u" && mkdir -p "$T/u/a" "$T/u/b"
+    expect 0 G model --arch llama "${SMALL[@]}" -q --no-sync --split-max-size "${spec%%:*}" "$T/u/a/m.gguf"
+    expect 0 G model --arch llama "${SMALL[@]}" -q --no-sync --split-max-size "${spec##*:}" "$T/u/b/m.gguf"
+    a=$(cd "$T/u/a" && stat -c '%n %s' m-*.gguf)
+    b=$(cd "$T/u/b" && stat -c '%n %s' m-*.gguf)
+    check "--split-max-size ${spec%%:*} is ${spec##*:} bytes" "$a" "$b"
+done
 
 # --json: what was written (the contract of docs/gguf-gen.md)
 "$GEN" model --arch qwen3 "${SMALL[@]}" --split-max-tensors 10 --json --no-sync "$T/js.gguf" >"$T/js.json" ||
@@ -236,7 +245,21 @@ for l in open('$map'):
         "[d['metadata']['tokenizer.ggml.model'], len(d['metadata']['tokenizer.ggml.tokens']), len(d['metadata']['tokenizer.ggml.merges'])]" \
         "['gpt2', 163840, 163583]" --metadata-only
     expect 0 G replica "$SHARED/tensor-maps/DeepSeek-V3.1-Terminus-BF16.map" --split-max-size 100G "$T/dsv3.gguf"
-    check "replica split by size" "$(ls "$T" | grep -c '^dsv3-000..-of-00013.gguf$')" 13
+    # 100G is 100 * 10^9 bytes of tensor data a part (llama-gguf-split's units), packed
+    # greedily: no part over it, and no part could have taken the next part's first tensor.
+    "$INSPECT" --json "$(ls "$T"/dsv3-00001-of-*.gguf)" >"$T/dsv3.json" 2>&1 || fail "inspect dsv3"
+    python3 - "$T/dsv3.json" <<'PY' && pass || fail "replica split by size: $(tail -1 "$T/dsv3.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+lim, pad = 100 * 10**9, lambda n: (n + 31) // 32 * 32
+data = [0] * len(d["files"])
+first = {}
+for t in d["tensors"]:
+    data[t["part"]] += pad(t["nbytes"])
+    first.setdefault(t["part"], pad(t["nbytes"]))
+assert len(data) > 2 and all(x <= lim for x in data), data
+assert all(data[k] + first[k + 1] > lim for k in range(len(data) - 1)), data
+PY
 else
     echo "note: $SHARED/tensor-maps absent: replica checks skipped"
 fi
@@ -264,6 +287,7 @@ expect 2 G model --arch qwen3moe --experts 4 --experts-used 5 "$T/x.gguf"
 expect 2 G model --arch glm-dsa --q-lora 0 "$T/x.gguf"
 expect 2 G model --arch llama --preset 7t "$T/x.gguf"
 expect 2 G model --arch llama --split-max-size 12Q "$T/x.gguf"
+expect 2 G model --arch llama --split-max-size 0 "$T/x.gguf"
 expect 2 G model --arch llama --split-max-tensors 0 "$T/x.gguf"
 expect 2 G model --arch llama "$T/x.gguf" "$T/y.gguf"
 expect 2 G model --arch llama --rope-scaling linear "$T/x.gguf"

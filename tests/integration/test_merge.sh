@@ -28,6 +28,10 @@ done
 expect 2 "$M" --split --split-max-tensors 0 a b
 expect 2 "$M" --merge --split-max-tensors 3 a b
 contains "$T/err" "apply to --split only"
+expect 2 "$M" --split --layout aligned a b
+contains "$T/err" "--layout applies to --merge only"
+expect 2 "$M" --merge --layout packed a b
+contains "$T/err" "--layout: 'packed' is not 'contiguous' or 'aligned'"
 
 # Every tensor type, default and 64-byte alignment: split by tensors and by size,
 # merge from any part, byte-identical to the original.
@@ -139,6 +143,63 @@ assert len(m["tensors"]) == 37 and len(m["inputs"]) == 4
 EOF
 fi
 
+# --json after a run: a manifest without --verify reads the outputs back (seconds_digest)
+# but reports no verification time; one copy per part; the layout.
+expect 0 "$M" --merge --json --manifest "$d/man2.json" "$d/s-00003-of-00004.gguf" "$d/out3.gguf"
+python3 - "$T/out" <<'EOF' && pass || fail "--json after a merge with a manifest"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["verified"] is False and j["seconds_verify"] is None, j
+assert isinstance(j["seconds_digest"], float) and j["seconds_digest"] >= 0, j
+assert j["copy_ranges"] == 4 and j["layout"] == "contiguous" and j["layout_block"] is None, j
+EOF
+expect 0 "$M" --merge --json --verify "$d/s-00003-of-00004.gguf" "$d/out4.gguf"
+python3 - "$T/out" <<'EOF' && pass || fail "--json after a verified merge"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["verified"] is True and j["seconds_verify"] == j["seconds_digest"] >= 0, j
+EOF
+expect 0 "$M" --merge --json "$d/s-00003-of-00004.gguf" "$d/out5.gguf"
+python3 - "$T/out" <<'EOF' && pass || fail "--json after a plain merge"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["verified"] is False and j["seconds_verify"] is None and j["seconds_digest"] is None, j
+EOF
+
+# --layout aligned: each part keeps its data offset modulo the 2 MiB block; the same tensors
+# and metadata as the plain merge (gguf-inspect --hash, manifests); the gaps are holes.
+expect 0 "$M" --merge --layout aligned --dry-run --json "$d/s-00001-of-00004.gguf" "$d/al.gguf"
+contains "$T/out" '"layout": "aligned", "layout_block": 2097152'
+expect 0 "$M" -v --merge --layout aligned --verify --manifest "$d/al.json" "$d/s-00001-of-00004.gguf" "$d/al.gguf"
+contains "$T/out" "verified 37 tensors"
+if [ -x "$I" ]; then
+    expect 0 "$I" --hash "$d/al.gguf"
+    grep 'model xxh3' "$T/out" >"$d/h-al"
+    expect 0 "$I" --hash "$d/out.gguf"
+    grep 'model xxh3' "$T/out" >"$d/h-co"
+    same "$d/h-al" "$d/h-co"
+    python3 - "$d" <<'EOF' && pass || fail "aligned merge: digests or data offsets modulo 2 MiB"
+import json, os, subprocess, sys
+d = sys.argv[1]
+a, b = (json.load(open(os.path.join(d, n))) for n in ("al.json", "man.json"))
+assert a["model_xxh3_128"] == b["model_xxh3_128"]
+assert [t["xxh3_128"] for t in a["tensors"]] == [t["xxh3_128"] for t in b["tensors"]]
+def inspect(name):
+    return json.loads(subprocess.run([os.environ["GGUFKIT_BIN"] + "/gguf-inspect", "--json",
+                                      os.path.join(d, name)], capture_output=True,
+                                     check=True).stdout)
+out = inspect("al.gguf")
+where = {t["name"]: t["offset"] for t in out["tensors"]}  # file offsets
+for k in range(1, 5):
+    part = inspect(f"s-0000{k}-of-00004.gguf")
+    for t in part["tensors"]:
+        want = t["offset"]
+        assert where[t["name"]] % (2 << 20) == want % (2 << 20), (t["name"], where[t["name"]], want)
+blocks = os.stat(os.path.join(d, "al.gguf")).st_blocks * 512
+assert os.path.getsize(os.path.join(d, "al.gguf")) > 3 * (2 << 20) > blocks, "gaps are not holes"
+EOF
+fi
+
 # Real files from other tools (../shared/testdata), when present.
 if [ -n "$SHARED" ] && [ -d "$SHARED/models" ]; then
     d=$T/real
@@ -178,7 +239,7 @@ if [ -x "$GEN" ]; then
     if [ -f "$MAP" ]; then
         d=$T/glm
         mkdir -p "$d"
-        "$GEN" replica -q --split-max-size 45G "$MAP" "$d/glm51.gguf"
+        "$GEN" replica -q --split-max-size 45GiB "$MAP" "$d/glm51.gguf"  # 10 parts
         expect 0 "$M" --merge --no-sync "$d/glm51-00007-of-00010.gguf" "$d/merged.gguf"
         contains "$T/out" "merged 10 parts (1809 tensors, 425.10 GiB)"
         [ "$(stat -c %s "$d/merged.gguf")" -gt 450000000000 ] && pass || fail "GLM replica size"

@@ -8,6 +8,10 @@ SP="$GGUFKIT_BIN/shard-plan"
 # ---- usage ----
 expect 0 "$SP" --help
 contains "$T/out" "--write-shards"
+contains "$T/out" "-t, --tp N"
+contains "$T/out" "-e, --ep M"
+grep -qF -- '`-t N`, `--tp N`' "$GGUFKIT_SRC/docs/shard-plan.md" && pass || fail "docs/shard-plan.md lacks -t"
+grep -qF -- '`-e M`, `--ep M`' "$GGUFKIT_SRC/docs/shard-plan.md" && pass || fail "docs/shard-plan.md lacks -e"
 expect 2 "$SP"
 contains "$T/err" "shard-plan: error: missing MODEL"
 expect 0 "$SP" --list-faults
@@ -57,6 +61,10 @@ contains "$T/out" "inner-dimension cut off the type's block boundary"
 expect 1 "$SP" "$T/qmoe.gguf" --tp 2 --strict
 # with ep = tp on sglang: whole experts, no inner cut
 expect 0 "$SP" "$T/qmoe.gguf" --tp 2 --ep 2 --engine sglang --strict
+# -t and -e, as --help and docs/shard-plan.md list them, are --tp and --ep
+cp "$T/out" "$T/long.out"
+expect 0 "$SP" -t 2 -e 2 --engine sglang --strict "$T/qmoe.gguf"
+cmp -s "$T/out" "$T/long.out" && pass || fail "-t 2 -e 2 differs from --tp 2 --ep 2"
 expect 1 "$SP" "$T/qmoe.gguf" --tp 4 --ep 2 --engine vllm
 contains "$T/out" "vllm: the expert-parallel size is tp*dp = 4"
 

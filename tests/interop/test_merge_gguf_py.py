@@ -5,6 +5,8 @@
    the same tensors, bytes included.
 2. A split set written by gguf-py's own writer merges into a file gguf-py reads back
    with the metadata of its first part and every tensor.
+3. A merge with --layout aligned (gaps before each part's data, so that it keeps its offset
+   modulo the block) reads in gguf-py as the original does: same metadata, same tensors.
 """
 import os
 import subprocess
@@ -101,3 +103,20 @@ def test_gguf_py_split_set_merges(tmp_path):
     r = gguf.GGUFReader(out)
     assert fields(r) == first
     assert tensors(r) == want_tensors
+
+
+@pytest.mark.parametrize("align", [32, 64])
+def test_aligned_layout_read_by_gguf_py(tmp_path, align):
+    path = str(tmp_path / "m.gguf")
+    run(sys.executable, FIXTURE, "types", path, "--skip", "Q8_1", "--align", str(align))
+    merge = tool("gguf-merge")
+    run(merge, "--split", "--split-max-tensors", "5", path, str(tmp_path / "p"))
+    out = str(tmp_path / "aligned.gguf")
+    run(merge, "--merge", "--layout", "aligned", "--verify", str(tmp_path / "p-00003-of-00008.gguf"), out)
+    orig, r = gguf.GGUFReader(path), gguf.GGUFReader(out)
+    assert fields(r) == fields(orig)
+    assert tensors(r) == tensors(orig)
+    # the layout really has gaps: some tensor starts later than the padded end of the previous one
+    ends = [(t.data_offset, t.data_offset + t.n_bytes) for t in r.tensors]
+    assert any(b > -(-e // align) * align for (_, e), (b, _) in zip(ends, ends[1:]))
+    assert os.path.getsize(out) > os.path.getsize(path)

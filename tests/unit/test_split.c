@@ -493,6 +493,209 @@ START_TEST(verify_mismatch_removes_output)
 }
 END_TEST
 
+/* Splits m.gguf (n tensors, alignment align) into parts of max_tensors each; returns the
+ * number of parts. */
+static uint32_t split_model(const char *prefix, uint64_t max_tensors)
+{
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_split_limits lim = {.max_tensors = max_tensors};
+    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p(prefix), &lim, &err), 0);
+    ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
+    uint32_t n = plan->n_parts;
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+    return n;
+}
+
+/* Merges the set of `part` into out with the given layout, verified; returns the report. */
+static gguf_split_report *merge_layout(const char *part, const char *out, gguf_merge_layout l,
+                                       uint32_t block, gguf_split_plan **plan_out)
+{
+    gguf_set *in = open_set(p(part));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_merge_opts mo = {.layout = l, .block = block};
+    ck_assert_int_eq(gguf_merge_plan_opts(&plan, in, p(out), &mo, &err), 0);
+    gguf_split_job_opts o = fast;
+    o.verify = true;
+    gguf_split_report *r;
+    int rc = gguf_split_execute(in, plan, &o, &r, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    ck_assert(r->verified);
+    ck_assert_uint_eq(file_size(p(out)), plan->parts[0].size);
+    if (plan_out)
+        *plan_out = plan;
+    else
+        gguf_split_plan_free(plan);
+    gguf_set_close(in);
+    return r;
+}
+
+/* A contiguous merge copies each part as one range and equals the original byte for byte;
+ * an aligned merge keeps every part's data at its input offset modulo the block, holds the
+ * same tensors (digests) and metadata, and is a valid file. */
+START_TEST(merge_layouts)
+{
+    static const uint32_t aligns[] = {0, 64};
+    for (int a = 0; a < 2; a++) {
+        make_model(p("m.gguf"), 23, aligns[a]);
+        uint32_t n_parts = split_model("s", 6);
+        ck_assert_uint_eq(n_parts, 4);
+        gguf_split_report *r = merge_layout("s-00002-of-00004.gguf", "c.gguf",
+                                            GGUF_LAYOUT_CONTIGUOUS, 0, NULL);
+        ck_assert_uint_eq(r->n_ranges, n_parts); /* one copy per part */
+        ck_assert_double_eq(r->seconds_verify, r->seconds_digest);
+        gguf_split_report_free(r);
+        ck_assert(same_bytes(p("m.gguf"), p("c.gguf")));
+
+        static const uint32_t blocks[] = {4096, 65536, 0};
+        for (int b = 0; b < 3; b++) {
+            gguf_split_plan *plan;
+            r = merge_layout("s-00001-of-00004.gguf", "al.gguf", GGUF_LAYOUT_ALIGNED, blocks[b],
+                             &plan);
+            const uint32_t blk = blocks[b] ? blocks[b] : GGUF_LAYOUT_BLOCK_DEFAULT;
+            ck_assert_uint_eq(plan->layout, GGUF_LAYOUT_ALIGNED);
+            ck_assert_uint_ge(plan->block, blk);
+            ck_assert_uint_eq(r->n_ranges, n_parts);
+            gguf_split_report_free(r);
+            gguf_set *in = open_set(p("s-00001-of-00004.gguf"));
+            gguf_file *f;
+            gguf_error err;
+            ck_assert_int_eq(gguf_file_open(&f, p("al.gguf"), NULL, &err), 0);
+            ck_assert_int_eq(gguf_file_tensor_count(f), 23);
+            ck_assert_int_eq(gguf_file_kv_count(f), gguf_file_kv_count(gguf_set_meta(in)) - 3);
+            gguf_digest want, got;
+            for (int64_t i = 0; i < 23; i++) {
+                const gguf_tensor *ti = gguf_set_tensor_at(in, i), *to = gguf_file_tensor_at(f, i);
+                ck_assert_str_eq(ti->name, to->name);
+                ck_assert_uint_eq(to->offset, plan->offsets[i]);
+                ck_assert_uint_eq(to->offset % gguf_file_alignment(f), 0);
+                /* every tensor keeps its input file offset modulo the block */
+                ck_assert_uint_eq(to->file_offset % plan->block, ti->file_offset % plan->block);
+                gguf_digest_tensor(ti, &want);
+                gguf_digest_tensor(to, &got);
+                ck_assert(gguf_digest_equal(&want, &got));
+            }
+            /* gaps only before parts: less than a block each */
+            ck_assert_uint_lt(file_size(p("al.gguf")), file_size(p("c.gguf")) + 4ull * plan->block);
+            gguf_file_close(f);
+            gguf_set_close(in);
+            gguf_split_plan_free(plan);
+            unlink(p("al.gguf"));
+        }
+        unlink(p("c.gguf"));
+        unlink(p("m.gguf"));
+        for (uint32_t k = 1; k <= n_parts; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "s-%05u-of-%05u.gguf", k, n_parts);
+            unlink(p(name));
+        }
+    }
+    /* a block that is not a power of two, or too large */
+    make_model(p("m.gguf"), 3, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    gguf_merge_opts bad = {.layout = GGUF_LAYOUT_ALIGNED, .block = 3000};
+    ck_assert_int_eq(gguf_merge_plan_opts(&plan, in, p("x.gguf"), &bad, &err), GGUF_E_INVALID);
+    bad.block = 32u << 20;
+    ck_assert_int_eq(gguf_merge_plan_opts(&plan, in, p("x.gguf"), &bad, &err), GGUF_E_INVALID);
+    gguf_set_close(in);
+}
+END_TEST
+
+/* An input whose padding is not zero (some writers leave garbage there), and an input with
+ * a gap between tensors: those tensors are copied one by one, and the merged file still
+ * equals a merge of clean parts (zero padding, no gap). */
+START_TEST(merge_irregular_inputs)
+{
+    make_model(p("m.gguf"), 12, 0);
+    ck_assert_uint_eq(split_model("s", 4), 3);
+    /* garbage in the padding after tensor 1 of part 2 (a Q8_0 tensor: 306 bytes) */
+    gguf_file *f;
+    gguf_error err;
+    ck_assert_int_eq(gguf_file_open(&f, p("s-00002-of-00003.gguf"), NULL, &err), 0);
+    const gguf_tensor *t = gguf_file_tensor_at(f, 1);
+    ck_assert_uint_ne(t->nbytes % 32, 0);
+    uint64_t at = t->file_offset + t->nbytes;
+    gguf_file_close(f);
+    int fd = open(p("s-00002-of-00003.gguf"), O_WRONLY);
+    uint8_t junk = 0xa5;
+    ck_assert_int_eq(pwrite(fd, &junk, 1, (off_t)at), 1);
+    close(fd);
+    /* part 3 rewritten with a 4 KiB gap before its third tensor */
+    gguf_set *s3 = open_set(p("s-00003-of-00003.gguf"));
+    const gguf_file *f3 = gguf_set_part(s3, 2);
+    gguf_writer *w;
+    gguf_writer_opts wo = {.no_sync = true};
+    ck_assert_int_eq(gguf_writer_create(&w, p("g-00003-of-00003.gguf"), &wo, &err), 0);
+    for (int64_t i = 0; i < gguf_file_kv_count(f3); i++)
+        ck_assert_int_eq(gguf_writer_add_kv(w, gguf_file_kv_at(f3, i)->key,
+                                            &gguf_file_kv_at(f3, i)->value, &err), 0);
+    uint64_t off = 0;
+    for (int64_t i = 0; i < gguf_file_tensor_count(f3); i++) {
+        const gguf_tensor *u = gguf_file_tensor_at(f3, i);
+        if (i == 2)
+            off += 4096;
+        ck_assert_int_eq(gguf_writer_add_tensor_at(w, u->name, u->type, u->n_dims, u->ne, off,
+                                                   &err), 0);
+        off += (u->nbytes + 31) / 32 * 32;
+    }
+    for (int64_t i = 0; i < gguf_file_tensor_count(f3); i++)
+        ck_assert_int_eq(gguf_writer_write(w, gguf_file_tensor_at(f3, i)->data,
+                                           gguf_file_tensor_at(f3, i)->nbytes, &err), 0);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    gguf_set_close(s3);
+    ck_assert_int_eq(rename(p("g-00003-of-00003.gguf"), p("s-00003-of-00003.gguf")), 0);
+
+    gguf_split_report *r = merge_layout("s-00001-of-00003.gguf", "c.gguf",
+                                        GGUF_LAYOUT_CONTIGUOUS, 0, NULL);
+    /* part 1: one run; part 2: tensors 0-1, then 2-3; part 3: tensors 0-1, then 2-3 */
+    ck_assert_uint_eq(r->n_ranges, 5);
+    gguf_split_report_free(r);
+    ck_assert(same_bytes(p("m.gguf"), p("c.gguf")));
+    /* aligned: part 3's run after the gap starts again at its own offset modulo the block */
+    gguf_split_plan *plan;
+    r = merge_layout("s-00001-of-00003.gguf", "al.gguf", GGUF_LAYOUT_ALIGNED, 4096, &plan);
+    gguf_split_report_free(r);
+    gguf_set *in = open_set(p("s-00001-of-00003.gguf"));
+    ck_assert_int_eq(gguf_file_open(&f, p("al.gguf"), NULL, &err), 0);
+    for (int64_t i = 0; i < 12; i++)
+        ck_assert_uint_eq(gguf_file_tensor_at(f, i)->file_offset % 4096,
+                          gguf_set_tensor_at(in, i)->file_offset % 4096);
+    gguf_file_close(f);
+    gguf_set_close(in);
+    gguf_split_plan_free(plan);
+}
+END_TEST
+
+/* Without verification, a manifest still reads the outputs back: seconds_digest, but no
+ * verification time and verified false. */
+START_TEST(report_times)
+{
+    make_model(p("m.gguf"), 5, 0);
+    gguf_set *in = open_set(p("m.gguf"));
+    gguf_split_plan *plan;
+    gguf_error err;
+    ck_assert_int_eq(gguf_merge_plan(&plan, in, p("o.gguf"), &err), 0);
+    gguf_split_job_opts o = fast;
+    o.digests = true;
+    gguf_split_report *r;
+    ck_assert_int_eq(gguf_split_execute(in, plan, &o, &r, &err), 0);
+    ck_assert(!r->verified);
+    ck_assert(r->have_digests);
+    ck_assert_double_eq(r->seconds_verify, 0);
+    ck_assert_double_ge(r->seconds_digest, 0);
+    ck_assert_uint_eq(r->n_ranges, 1);
+    gguf_split_report_free(r);
+    gguf_split_plan_free(plan);
+    gguf_set_close(in);
+}
+END_TEST
+
 /* A file of 0 tensors splits into one metadata part and merges back. */
 START_TEST(no_tensors)
 {
@@ -530,6 +733,9 @@ int main(void)
     tcase_add_test(tc, delete_inputs_and_manifest);
     tcase_add_test(tc, no_tensors);
     tcase_add_test(tc, verify_mismatch_removes_output);
+    tcase_add_test(tc, merge_layouts);
+    tcase_add_test(tc, merge_irregular_inputs);
+    tcase_add_test(tc, report_times);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

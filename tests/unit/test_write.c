@@ -206,6 +206,142 @@ START_TEST(copy_fd_keeps_holes)
 }
 END_TEST
 
+/* Explicit offsets: gaps between tensors (zeros, a hole when large), refused when
+ * unaligned or overlapping; gguf_file_open reads the offsets back. */
+START_TEST(explicit_offsets)
+{
+    gguf_writer *w;
+    gguf_error err;
+    ck_assert_int_eq(gguf_writer_create(&w, p("gaps.gguf"), &fast, &err), 0);
+    int64_t ne[1] = {8}; /* 32 bytes of F32 */
+    int64_t ne_q[1] = {32}; /* 34 bytes of Q8_0: padded to 64 */
+    ck_assert_int_eq(gguf_writer_add_tensor_at(w, "a", GGUF_TYPE_Q8_0, 1, ne_q, 64, &err), 0);
+    /* before the padded end of a (128), or not a multiple of 32: refused */
+    ck_assert_int_eq(gguf_writer_add_tensor_at(w, "b", GGUF_TYPE_F32, 1, ne, 96, &err),
+                     GGUF_E_BAD_OFFSET);
+    ck_assert_int_eq(gguf_writer_add_tensor_at(w, "b", GGUF_TYPE_F32, 1, ne, 144, &err),
+                     GGUF_E_BAD_OFFSET);
+    ck_assert_ptr_nonnull(strstr(err.message, "tensor 'b'"));
+    ck_assert_int_eq(gguf_writer_add_tensor_at(w, "b", GGUF_TYPE_F32, 1, ne, 128, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_tensor_at(w, "c", GGUF_TYPE_F32, 1, ne, 8 << 20, &err), 0);
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "d", GGUF_TYPE_F32, 1, ne, &err), 0);
+    uint8_t q[34], f[32];
+    memset(q, 0x11, sizeof q);
+    memset(f, 0x22, sizeof f);
+    ck_assert_int_eq(gguf_writer_write(w, q, 34, &err), 0);
+    ck_assert_int_eq(gguf_writer_write(w, f, 32, &err), 0);
+    ck_assert_int_eq(gguf_writer_write(w, f, 32, &err), 0);
+    ck_assert_int_eq(gguf_writer_write(w, f, 32, &err), 0);
+    uint64_t want = gguf_writer_total_size(w), data = gguf_writer_data_offset(w);
+    ck_assert_uint_eq(want, data + (8 << 20) + 64);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    struct stat st;
+    ck_assert_int_eq(stat(p("gaps.gguf"), &st), 0);
+    ck_assert_uint_eq((uint64_t)st.st_size, want);
+    ck_assert_msg((long long)st.st_blocks * 512 < (1 << 20), "the 8 MiB gap is not a hole");
+    gguf_file *gf;
+    ck_assert_int_eq(gguf_file_open(&gf, p("gaps.gguf"), NULL, &err), 0);
+    const uint64_t offs[4] = {64, 128, 8 << 20, (8 << 20) + 32};
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(gguf_file_tensor_at(gf, i)->offset, offs[i]);
+    ck_assert(memcmp(gguf_file_tensor_at(gf, 0)->data, q, 34) == 0);
+    ck_assert(memcmp(gguf_file_tensor_at(gf, 2)->data, f, 32) == 0);
+    const uint8_t *base = gguf_file_tensor_at(gf, 0)->data - 64;
+    for (uint64_t k = 0; k < 64; k++) /* the gap before a, and a's padding */
+        ck_assert_uint_eq(base[k] | base[64 + 34 + (k % 30)], 0);
+    for (uint64_t k = 160; k < (8 << 20); k += 4093) /* the hole */
+        ck_assert_uint_eq(base[k], 0);
+    gguf_file_close(gf);
+}
+END_TEST
+
+/* A source file holding tensors a, b, c with their padding: copy_range moves them in one
+ * call (or in pieces that end anywhere, in padding too) and the file equals one written
+ * tensor by tensor; ranges out of order are refused. */
+static void write_abc(gguf_writer *w, gguf_error *err)
+{
+    int64_t ne_q[1] = {64}, ne_f[1] = {5}, ne_z[1] = {0};
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "a", GGUF_TYPE_Q8_0, 1, ne_q, err), 0); /* 68 */
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "z", GGUF_TYPE_F32, 1, ne_z, err), 0);  /* 0 */
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "b", GGUF_TYPE_F32, 1, ne_f, err), 0);  /* 20 */
+    ck_assert_int_eq(gguf_writer_add_tensor(w, "c", GGUF_TYPE_Q8_0, 1, ne_q, err), 0); /* 68 */
+}
+
+START_TEST(copy_range_runs)
+{
+    gguf_writer *w;
+    gguf_error err;
+    uint8_t a[68], b[20], c[68];
+    for (int i = 0; i < 68; i++) {
+        a[i] = (uint8_t)(i + 1);
+        c[i] = (uint8_t)(200 - i);
+    }
+    memset(b, 0x77, sizeof b);
+    ck_assert_int_eq(gguf_writer_create(&w, p("ref.gguf"), &fast, &err), 0);
+    write_abc(w, &err);
+    ck_assert_int_eq(gguf_writer_write(w, a, 68, &err), 0);
+    ck_assert_int_eq(gguf_writer_write(w, b, 20, &err), 0);
+    ck_assert_int_eq(gguf_writer_write(w, c, 68, &err), 0);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    gguf_file *ref;
+    ck_assert_int_eq(gguf_file_open(&ref, p("ref.gguf"), NULL, &err), 0);
+    const gguf_tensor *ta = gguf_file_tensor_at(ref, 0), *tc = gguf_file_tensor_at(ref, 3);
+    const uint64_t in0 = ta->file_offset, len = tc->file_offset + tc->nbytes - in0;
+    int fd = open(p("ref.gguf"), O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+
+    /* end of each piece: one run; [0, 70) ends in a's padding and [70, 100) inside b;
+     * [0, 96) ends at the start of b */
+    const uint64_t cuts[][4] = {{len, 0, 0, 0}, {70, 100, len, 0}, {96, len, 0, 0}};
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(gguf_writer_create(&w, p("cp.gguf"), &fast, &err), 0);
+        write_abc(w, &err);
+        uint64_t at = 0;
+        for (int i = 0; i < 4 && cuts[k][i]; i++) {
+            ck_assert_int_eq(gguf_writer_copy_range(w, fd, in0 + at, at, cuts[k][i] - at, &err), 0);
+            at = cuts[k][i];
+        }
+        if (k == 0) { /* a whole run; nothing more may be written */
+            ck_assert_int_eq(gguf_writer_write(w, a, 1, &err), GGUF_E_INVALID);
+        }
+        ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+        gguf_writer_free(w);
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "cmp -s '%s/ref.gguf' '%s/cp.gguf'", dir, dir);
+        ck_assert_msg(system(cmd) == 0, "pieces %d: the copy differs from the reference", k);
+        unlink(p("cp.gguf"));
+    }
+
+    /* a run of a, then b and c written by hand */
+    ck_assert_int_eq(gguf_writer_create(&w, p("mix.gguf"), &fast, &err), 0);
+    write_abc(w, &err);
+    ck_assert_int_eq(gguf_writer_copy_range(w, fd, in0, 0, 68, &err), 0);
+    ck_assert_int_eq(gguf_writer_write(w, b, 20, &err), 0);
+    ck_assert_int_eq(gguf_writer_copy_fd(w, fd, tc->file_offset, 68, &err), 0);
+    ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s/ref.gguf' '%s/mix.gguf'", dir, dir);
+    ck_assert(system(cmd) == 0);
+
+    /* out of order: skipping bytes of a tensor, going back, past the data */
+    ck_assert_int_eq(gguf_writer_create(&w, p("bad.gguf"), &fast, &err), 0);
+    write_abc(w, &err);
+    ck_assert_int_eq(gguf_writer_copy_range(w, fd, in0, 4, 10, &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_writer_copy_range(w, fd, in0, 0, 10, &err), 0);
+    ck_assert_int_eq(gguf_writer_copy_range(w, fd, in0 + 12, 12, 10, &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_writer_copy_range(w, fd, in0, 0, 10, &err), GGUF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "does not continue"));
+    ck_assert_int_eq(gguf_writer_copy_range(w, fd, in0 + 10, 10, len + 40, &err), /* 234 > 224 */
+                     GGUF_E_INVALID);
+    gguf_writer_free(w);
+    close(fd);
+    gguf_file_close(ref);
+}
+END_TEST
+
 /* Writes part i of n of a split set with the given split keys; align 0 = no alignment key. */
 static void write_part_aligned(const char *name, int no, int count, int total,
                                const char *tensor, uint32_t version, uint32_t align)
@@ -446,6 +582,8 @@ int main(void)
     tcase_add_test(tc, refuses_existing_and_cleans_up);
     tcase_add_test(tc, cancel_flag);
     tcase_add_test(tc, copy_fd_keeps_holes);
+    tcase_add_test(tc, explicit_offsets);
+    tcase_add_test(tc, copy_range_runs);
     tcase_add_test(tc, split_set_valid);
     tcase_add_test(tc, split_set_errors);
     tcase_add_test(tc, split_names);

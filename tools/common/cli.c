@@ -1,6 +1,7 @@
 /* Option parsing, help, errors and exit codes shared by the tools. */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -205,6 +206,35 @@ int cli_parse_size(const char *s, uint64_t *out)
         return -1;
     double r = floor(v * mult);
     if (r >= 18446744073709551615.0)
+        return -1;
+    *out = (uint64_t)r;
+    return 0;
+}
+
+int cli_parse_split_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v > 0))
+        return -1;
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    double mult = 1;
+    if (u) {
+        bool binary = (end[1] == 'i' || end[1] == 'I') && (end[2] == 'B' || end[2] == 'b');
+        for (const char *q = units; q <= u; q++)
+            mult *= binary ? 1024.0 : 1000.0;
+        end += binary ? 3 : 1;
+        if (!binary && (*end == 'B' || *end == 'b'))
+            end++;
+    } else if (*end == 'B' || *end == 'b') {
+        end++;
+    }
+    double r = floor(v * mult);
+    if (*end || r < 1 || r >= 18446744073709551615.0)
         return -1;
     *out = (uint64_t)r;
     return 0;

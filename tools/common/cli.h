@@ -57,6 +57,15 @@ int cli_exit_code(int status);
 
 /* Sizes: "1.5G", "300M", "4096", K/M/G/T powers of 1024 (decimals allowed). */
 int cli_parse_size(const char *s, uint64_t *out);
+/*
+ * --split-max-size of gguf-merge and gguf-gen, llama-gguf-split's convention:
+ * it reads "50G" as 50 * 10^9 bytes and "300M" as 300 * 10^6 (the usual reason
+ * to split is an upload limit stated in decimal units), so K, M, G, T (with an
+ * optional B) are powers of 1000; KiB, MiB, GiB, TiB powers of 1024; decimals
+ * are allowed ("1.5G"); a bare number is bytes. At least 1 byte.
+ * @return 0, or -1 for anything else.
+ */
+int cli_parse_split_size(const char *s, uint64_t *out);
 int cli_parse_u64(const char *s, uint64_t *out);
 /* Token ids as users write them: "1,17,42" (non-negative, no spaces). *out is
  * malloc'd. @return 0, or -1 (nothing allocated) for anything else. */

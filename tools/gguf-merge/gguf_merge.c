@@ -8,9 +8,7 @@
 #include "gguf/hash.h"
 #include "gguf/split.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +29,7 @@ enum {
     OPT_JSON,
     OPT_THREADS,
     OPT_NO_SYNC,
+    OPT_LAYOUT,
 };
 
 static const cli_opt OPTS[] = {
@@ -42,6 +41,10 @@ static const cli_opt OPTS[] = {
      "of 1000 as in llama-gguf-split, KiB MiB GiB TiB of 1024 (1.5G, 48GiB)"},
     {OPT_NO_TENSOR_FIRST, "no-tensor-first-split", 0, NULL,
      "put only the metadata in the first part"},
+    {OPT_LAYOUT, "layout", 1, "NAME",
+     "merged tensor data: 'contiguous' (default; what llama.cpp loads) or 'aligned' (each "
+     "part keeps its offset modulo 2 MiB: aligned kernel copies, XFS/btrfs share the blocks; "
+     "llama.cpp refuses such a file, gguf-py and ggufkit read it)"},
     {OPT_DRY_RUN, "dry-run", 0, NULL, "read the headers, check the outputs, print the plan"},
     {'f', "force", 0, NULL, "replace existing outputs (never an input)"},
     {OPT_VERIFY, "verify", 0, NULL,
@@ -70,44 +73,10 @@ static const cli_spec SPEC = {
     .examples =
         "  gguf-merge --merge GLM-5-UD-Q4_K_XL-00001-of-00010.gguf GLM-5.gguf\n"
         "  gguf-merge --merge --verify --manifest glm5.json model-00003-of-00010.gguf model.gguf\n"
+        "  gguf-merge --merge --layout aligned m-00001-of-00004.gguf /xfs/m.gguf   # reflinks\n"
         "  gguf-merge --split --split-max-size 50G model.gguf out/model\n"
         "  gguf-merge --split --split-max-tensors 64 --no-tensor-first-split --dry-run m.gguf m\n",
 };
-
-/*
- * --split-max-size: llama-gguf-split reads "50G" as 50 * 10^9 bytes, and the
- * usual reason to split is an upload limit stated in decimal gigabytes, so
- * K, M, G, T (with an optional B) are powers of 1000 here too; KiB, MiB, GiB,
- * TiB are powers of 1024. Decimals are allowed ("1.5G"); no unit is bytes.
- */
-static int parse_split_size(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-')
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v > 0))
-        return -1;
-    static const char units[] = "KMGT";
-    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-    double mult = 1;
-    if (u) {
-        bool binary = (end[1] == 'i' || end[1] == 'I') && (end[2] == 'B' || end[2] == 'b');
-        for (const char *q = units; q <= u; q++)
-            mult *= binary ? 1024.0 : 1000.0;
-        end += binary ? 3 : 1;
-        if (!binary && (*end == 'B' || *end == 'b'))
-            end++;
-    } else if (*end == 'B' || *end == 'b') {
-        end++;
-    }
-    double r = floor(v * mult);
-    if (*end || r < 1 || r >= 18446744073709551615.0)
-        return -1;
-    *out = (uint64_t)r;
-    return 0;
-}
 
 static volatile sig_atomic_t g_cancel;
 
@@ -145,6 +114,8 @@ static void print_plan_text(const gguf_set *in, const gguf_split_plan *p, const 
            gguf_set_part_count(in) == 1 ? "" : "s", (long long)p->n_tensors, p->n_parts,
            p->n_parts == 1 ? "" : "s", (unsigned long long)p->total_size,
            cli_human_bytes(p->total_size, hb, sizeof hb));
+    if (p->layout == GGUF_LAYOUT_ALIGNED)
+        printf("  layout aligned: each part's data keeps its offset modulo %u bytes\n", p->block);
     for (uint32_t k = 0; k < p->n_parts; k++)
         printf("  %s: %lld tensors, %llu bytes (header %llu)\n", p->parts[k].path,
                (long long)p->parts[k].count, (unsigned long long)p->parts[k].size,
@@ -160,8 +131,14 @@ static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_
         printf("%s", i ? ", " : "");
         cli_json_str(stdout, gguf_file_path(gguf_set_part(in, i)), SIZE_MAX);
     }
-    printf("], \"tensors\": %lld, \"total_size\": %llu, \"outputs\": [", (long long)p->n_tensors,
-           (unsigned long long)p->total_size);
+    printf("], \"tensors\": %lld, \"total_size\": %llu, \"layout\": \"%s\", \"layout_block\": ",
+           (long long)p->n_tensors, (unsigned long long)p->total_size,
+           gguf_merge_layout_name(p->layout));
+    if (p->layout == GGUF_LAYOUT_ALIGNED)
+        printf("%u", p->block);
+    else
+        printf("null");
+    printf(", \"outputs\": [");
     for (uint32_t k = 0; k < p->n_parts; k++) {
         printf("%s{\"path\": ", k ? ", " : "");
         cli_json_str(stdout, p->parts[k].path, SIZE_MAX);
@@ -174,8 +151,19 @@ static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_
         char hex[GGUF_DIGEST_HEX];
         printf(", \"seconds_write\": ");
         cli_json_num(stdout, r->seconds_copy);
+        /* Only a verification has a verification time: a manifest without
+         * --verify reads the outputs back too, reported as seconds_digest. */
         printf(", \"seconds_verify\": ");
-        cli_json_num(stdout, r->seconds_verify);
+        if (r->verified)
+            cli_json_num(stdout, r->seconds_verify);
+        else
+            printf("null");
+        printf(", \"seconds_digest\": ");
+        if (r->verified || r->have_digests)
+            cli_json_num(stdout, r->seconds_digest);
+        else
+            printf("null");
+        printf(", \"copy_ranges\": %llu", (unsigned long long)r->n_ranges);
         printf(", \"verified\": %s, \"deleted_inputs\": %u", r->verified ? "true" : "false",
                r->n_deleted);
         if (r->have_digests)
@@ -186,8 +174,9 @@ static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_
 
 int main(int argc, char **argv)
 {
-    bool merge = false, split = false, dry_run = false, json = false;
+    bool merge = false, split = false, dry_run = false, json = false, layout_set = false;
     gguf_split_limits lim = {0};
+    gguf_merge_opts mo = {0};
     gguf_split_job_opts jo = {0};
     const char *manifest = NULL;
     const char *arg;
@@ -203,7 +192,7 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_MAX_SIZE:
-            if (parse_split_size(arg, &lim.max_size)) {
+            if (cli_parse_split_size(arg, &lim.max_size)) {
                 cli_errorf(TOOL, "--split-max-size: '%s' is not a size (e.g. 500M, 1.5G, 48GiB)",
                            arg);
                 return CLI_EXIT_USAGE;
@@ -226,6 +215,17 @@ int main(int argc, char **argv)
             break;
         }
         case OPT_NO_SYNC: jo.no_sync = true; break;
+        case OPT_LAYOUT:
+            if (strcmp(arg, "contiguous") == 0) {
+                mo.layout = GGUF_LAYOUT_CONTIGUOUS;
+            } else if (strcmp(arg, "aligned") == 0) {
+                mo.layout = GGUF_LAYOUT_ALIGNED;
+            } else {
+                cli_errorf(TOOL, "--layout: '%s' is not 'contiguous' or 'aligned'", arg);
+                return CLI_EXIT_USAGE;
+            }
+            layout_set = true;
+            break;
         default: return CLI_EXIT_USAGE;
         }
     }
@@ -243,6 +243,10 @@ int main(int argc, char **argv)
     if (merge && (lim.max_tensors || lim.max_size || lim.no_tensor_first_split)) {
         cli_errorf(TOOL, "--split-max-tensors, --split-max-size and --no-tensor-first-split "
                          "apply to --split only");
+        return CLI_EXIT_USAGE;
+    }
+    if (!merge && layout_set) {
+        cli_errorf(TOOL, "--layout applies to --merge only (split parts are always contiguous)");
         return CLI_EXIT_USAGE;
     }
     const char *input = argv[optind_], *output = argv[optind_ + 1];
@@ -270,7 +274,7 @@ int main(int argc, char **argv)
     if (rc)
         goto done;
     if (merge)
-        rc = gguf_merge_plan(&plan, set, output, &err);
+        rc = gguf_merge_plan_opts(&plan, set, output, &mo, &err);
     else
         rc = gguf_split_plan_make(&plan, set, output, &lim, &err);
     if (!rc && manifest)

@@ -18,6 +18,7 @@
 #ifndef GGUF_OUTPUT_H
 #define GGUF_OUTPUT_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,10 @@ typedef struct gguf_output_opts {
     bool overwrite; /* replace an existing file; default: GGUF_E_EXISTS at create
                        when the path exists, and at commit when one appeared */
     bool no_sync;   /* skip the fsyncs (scratch files nobody keeps) */
+    /* Polled by commit after the fsync and before the rename: non-zero makes
+     * it fail with GGUF_E_INTERRUPTED and leaves no output (a SIGINT during
+     * the fsync of a large file must not let it appear). May be NULL. */
+    volatile sig_atomic_t *cancel;
 } gguf_output_opts;
 
 typedef struct gguf_output gguf_output;
@@ -67,10 +72,11 @@ FILE *gguf_output_stream(gguf_output *o);
 int gguf_output_write(gguf_output *o, const void *data, size_t n, gguf_error *err);
 
 /*
- * Flush, fsync, rename into place (refusing to replace a file unless
- * overwrite), fsync the folder. Call once; free the output after.
+ * Flush, fsync, check the cancel flag, rename into place (refusing to replace
+ * a file unless overwrite), fsync the folder. Call once; free the output after.
  * @return 0; GGUF_E_IO / GGUF_E_NOSPACE; GGUF_E_EXISTS (the path appeared
- *         meanwhile and !overwrite). On failure the temporary file is removed.
+ *         meanwhile and !overwrite); GGUF_E_INTERRUPTED (cancel flag set).
+ *         On failure gguf_output_free() removes the temporary file.
  */
 int gguf_output_commit(gguf_output *o, gguf_error *err);
 
