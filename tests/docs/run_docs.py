@@ -144,11 +144,13 @@ def parse_examples(block):
         while cmd[-1].endswith("\\") and k < len(body):
             cmd.append(body[k][1])
             k += 1
-        out_first = body[k][0] - 1 if k < len(body) else None
         out = []
         while k < len(body) and not body[k][1].startswith("$ ") and body[k][1] != "$":
             out.append(body[k])
             k += 1
+        # blank lines between one command's output and the next command are layout
+        while out and out[-1][1].strip() == "":
+            out.pop()
         exit_code = 0
         texts = [x[1] for x in out]
         if texts and EXIT_LINE.match(texts[-1].strip()):
@@ -158,7 +160,7 @@ def parse_examples(block):
             out_first, out_end = out[0][0] - 1, out[-1][0]
         else:
             # no output: an insertion point right after the command
-            out_first = out_end = (body[k - 1][0] if k <= len(body) else block.start)
+            out_first = out_end = body[k - 1][0]
         examples.append(Example(block, ln, "\n".join(cmd), texts, exit_code, out_first,
                                 out_end))
     return examples
