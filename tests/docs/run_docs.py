@@ -179,34 +179,36 @@ def compile_line(text):
     return re.compile(rx + r"\Z")
 
 
+MISS = 1000  # an expected line not printed, or a printed line not expected
+SUBST = 1000  # one expected line printed differently: cheaper than a miss and an extra
+ABSORB = 1  # a printed line that a `...` line stands for
+
+
 def align(expected, actual):
     """Min-cost alignment of expected lines (with placeholders) to actual lines.
 
-    Cost: one per expected line not found, one per actual line not expected; a `...` line
-    absorbs any run of actual lines for free. Returns (cost, steps), steps as
-    ('match', e, a) | ('ellipsis', e, [a...]) | ('missing', e, None) | ('extra', None, a).
+    A `...` line absorbs any run of actual lines at a tiny cost (so that, of two alignments, the
+    one that pairs more lines wins); an expected line printed differently is a substitution.
+    The output matches when the cost is below MISS. Returns (cost, steps), steps as
+    ('match', e, a) | ('subst', e, a) | ('ellipsis', e, [a...]) | ('missing', e, None) |
+    ('extra', None, a).
     """
     pats = [compile_line(e) for e in expected]
     m, n = len(pats), len(actual)
-    INF = 1 << 30
-    cost = [[INF] * (n + 1) for _ in range(m + 1)]
-    cost[m][n] = 0
+    cost = [[0] * (n + 1) for _ in range(m + 1)]
     for j in range(n - 1, -1, -1):
-        cost[m][j] = cost[m][j + 1] + 1
+        cost[m][j] = cost[m][j + 1] + MISS
     for i in range(m - 1, -1, -1):
         p = pats[i]
-        for j in range(n, -1, -1):
+        row, nxt = cost[i], cost[i + 1]
+        row[n] = nxt[n] + (0 if p is ELLIPSIS else MISS)
+        for j in range(n - 1, -1, -1):
             if p is ELLIPSIS:
-                best = cost[i + 1][j]
-                if j < n:
-                    best = min(best, cost[i][j + 1])
+                row[j] = min(nxt[j], row[j + 1] + ABSORB)
             else:
-                best = cost[i + 1][j] + 1
-                if j < n:
-                    best = min(best, cost[i][j + 1] + 1)
-                    if p.match(actual[j]):
-                        best = min(best, cost[i + 1][j + 1])
-            cost[i][j] = best
+                best = min(nxt[j] + MISS, row[j + 1] + MISS)
+                best = min(best, nxt[j + 1] + (0 if p.match(actual[j]) else SUBST))
+                row[j] = best
     steps, i, j = [], 0, 0
     while i < m or j < n:
         if i == m:
@@ -214,26 +216,29 @@ def align(expected, actual):
             j += 1
             continue
         p = pats[i]
+        c = cost[i][j]
         if p is ELLIPSIS:
             run = []
-            while j < n and cost[i][j] == cost[i][j + 1] and cost[i][j] != cost[i + 1][j]:
+            while j < n and c != cost[i + 1][j] and c == cost[i][j + 1] + ABSORB:
                 run.append(j)
                 j += 1
-            # prefer leaving the ellipsis once the rest matches from here
+                c = cost[i][j]
             steps.append(("ellipsis", i, run))
             i += 1
             continue
-        if j < n and p.match(actual[j]) and cost[i][j] == cost[i + 1][j + 1]:
+        if j < n and p.match(actual[j]) and c == cost[i + 1][j + 1]:
             steps.append(("match", i, j))
-            i += 1
-            j += 1
-        elif j < n and cost[i][j] == cost[i][j + 1] + 1:
+            i, j = i + 1, j + 1
+        elif j < n and c == cost[i + 1][j + 1] + SUBST:
+            steps.append(("subst", i, j))
+            i, j = i + 1, j + 1
+        elif j < n and c == cost[i][j + 1] + MISS:
             steps.append(("extra", None, j))
             j += 1
         else:
             steps.append(("missing", i, None))
             i += 1
-    return cost[0][0], steps
+    return (0 if cost[0][0] < MISS else cost[0][0]), steps
 
 
 def render_diff(expected, actual, steps, limit=80):
@@ -245,6 +250,9 @@ def render_diff(expected, actual, steps, limit=80):
             out.append(f"  ...    ({len(a)} line(s))")
         elif kind == "missing":
             out.append("- " + expected[e])
+        elif kind == "subst":
+            out.append("- " + expected[e])
+            out.append("+ " + actual[a])
         else:
             out.append("+ " + actual[a])
     # keep the context around differences
@@ -273,7 +281,7 @@ def updated_output(expected, actual, steps):
             new.append(expected[e])
         elif kind == "ellipsis":
             new.append(expected[e])
-        elif kind == "extra":
+        elif kind in ("extra", "subst"):
             new.append(actual[a])
     return new
 
