@@ -43,6 +43,7 @@ static const cli_opt options[] = {
     {OPT_THREADS, "threads", 1, "N", "dequantization threads (default: all cores)"},
     {OPT_PATH, "path", 1, "NAME", "CPU implementation: auto, scalar, portable, avx2"},
     {OPT_CHUNK, "chunk", 1, "SIZE", "floats held per tensor at a time (default 16M)"},
+    {CLI_OPT_QUIET, "quiet", 0, NULL, "only the failing tensors and the summary (default: every tensor)"},
     {0, NULL, 0, NULL, NULL},
 };
 
