@@ -357,6 +357,26 @@ def check_links(page, text, src):
         for name in sorted(os.listdir(docs)) if os.path.isdir(docs) else []:
             if name.endswith(".md") and f"(docs/{name}" not in text:
                 errors.append(f"README.md does not link docs/{name}")
+        errors += check_scripts(src)
+    return errors
+
+
+def check_scripts(src):
+    """The pages tell readers to run these folders' scripts by path: each one that starts
+    with '#!' must be executable (bench_gen.sh once was not: exit 126). Tests run by ctest
+    through bash or python are not concerned."""
+    errors = []
+    for top in ("scripts", "tests/bench", "tests/gpu", "testdata"):
+        for d, _, files in os.walk(os.path.join(src, top)):
+            for name in files:
+                if not name.endswith((".sh", ".py")):
+                    continue
+                path = os.path.join(d, name)
+                with open(path, "rb") as f:
+                    shebang = f.read(2) == b"#!"
+                if shebang and not os.access(path, os.X_OK):
+                    errors.append(f"{os.path.relpath(path, src)} starts with #! but is not "
+                                  "executable (git update-index --chmod=+x)")
     return errors
 
 
