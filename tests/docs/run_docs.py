@@ -28,7 +28,7 @@ import tempfile
 import time
 
 SRC_DEFAULT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KNOWN_TAGS = {"shared", "gpu", "engine"}
+KNOWN_TAGS = {"shared", "gpu", "gpu2", "engine"}
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 ELLIPSIS = None  # the pattern of a `...` line
 FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
@@ -320,12 +320,22 @@ class Runner:
         return code, out
 
 
+def gpu_count():
+    try:
+        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for ln in p.stdout.splitlines() if ln.startswith("GPU "))
+
+
 def unmet_need(tags, args, shared_ok):
     for t in tags:
         if t == "shared" and not shared_ok:
             return "needs ../shared/testdata (absent)"
-        if t == "gpu" and not args.gpu:
+        if t in ("gpu", "gpu2") and not args.gpu:
             return "needs a GPU (run by tests/gpu/run_gpu*.sh with --gpu)"
+        if t == "gpu2" and args.gpus < 2:
+            return f"needs two GPUs ({args.gpus} here)"
         if t == "engine" and not args.engine:
             return "needs a running serving engine (--engine URL)"
     return None
@@ -419,7 +429,8 @@ def run_page(page, runner, args, shared_ok, src):
                 continue
             need = unmet_need(b.tags, args, shared_ok)
             n_here = len(examples_of.get(id(b), [])) if b.kind == "console" else 0
-            if need is None and args.only and b.kind == "console" and args.only not in b.tags:
+            if (need is None and args.only and b.kind == "console" and
+                    args.only not in b.tags and not (args.only == "gpu" and "gpu2" in b.tags)):
                 need = f"not tagged '{args.only}' (--only)"
             if need:
                 what = "setup block" if b.kind == "setup" else f"{n_here} example(s)"
@@ -487,7 +498,8 @@ def main():
     ap.add_argument("--update", action="store_true",
                     help="rewrite failing examples with the actual output, keeping placeholders")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folders")
-    ap.add_argument("--gpu", action="store_true", help="also run the blocks tagged gpu")
+    ap.add_argument("--gpu", action="store_true",
+                    help="run the examples tagged gpu/gpu2 (only those, unless --only says)")
     ap.add_argument("--engine", metavar="URL", help="run the blocks tagged engine against URL")
     ap.add_argument("--only", metavar="TAG", help="run only the examples tagged TAG")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per command (120)")
@@ -505,10 +517,12 @@ def main():
         if not gen:
             gen = os.path.join(os.path.dirname(binf), "testdata", "gguf-gen")
     binf, gen = os.path.abspath(binf), os.path.abspath(gen)
-    for tool in (os.path.join(binf, "gguf-inspect"), gen):
-        if not os.access(tool, os.X_OK):
-            print(f"run_docs: error: {tool}: not built (give --build DIR)", file=sys.stderr)
-            return 2
+    if not os.path.isdir(binf) or not os.access(gen, os.X_OK):
+        print(f"run_docs: error: {binf}, {gen}: not built (give --build DIR)", file=sys.stderr)
+        return 2
+    args.gpus = gpu_count() if args.gpu else 0
+    if args.gpu and not args.only:
+        args.only = "gpu"  # on a GPU machine: the GPU examples (the others run in CI)
     shared = os.path.abspath(os.environ.get("GGUFKIT_SHARED")
                              or os.path.join(src, "..", "shared", "testdata"))
     shared_ok = os.path.isdir(shared)

@@ -119,10 +119,19 @@ def test_gpu_blocks_run_only_with_gpu(tmp_path):
     assert run(tmp_path, page, "--gpu")[0] == 1
     both = page + console("$ echo cpu\ncpu")
     assert run(tmp_path, both)[0] == 0
-    # --only gpu: the untagged example is not run
+    # --gpu runs the GPU examples only: the untagged one (which would fail) is not run
     rc, out, _ = run(tmp_path, console("$ echo gpu\ngpu", "gpu") + console("$ echo cpu\nxxx"),
-                     "--gpu", "--only", "gpu")
-    assert rc == 0, out
+                     "--gpu")
+    assert rc == 0 and "1 example(s) run, 0 failed, 1 skipped" in out, out
+
+
+def test_gpu2_blocks_need_two_gpus(tmp_path):
+    page = console("$ echo two\ntwo", "gpu2")
+    rc, out, _ = run(tmp_path, page, "--gpu")
+    if run_docs.gpu_count() < 2:
+        assert rc == 77 and "needs two GPUs" in out, out
+    else:
+        assert rc == 0, out
 
 
 def test_commands_outside_console_blocks_are_refused(tmp_path):
