@@ -100,6 +100,10 @@ expect 0 "$SP" "$T/arch-deepseek2.gguf" --tp 2
 awk '/^TENSOR/ { col = index($0, " RULE ") }
      /\(HF kv_b_proj\)/ { n++; if (index($0, " heads ") != col) bad = 1 }
      END { exit !(col > 0 && n > 0 && !bad) }' "$T/out" && pass || fail "kv_b rows misaligned"
+# the kv_b note names the quantized tensor that cannot be transposed, not the F32 it becomes
+"$GEN" model -q --no-sync --arch deepseek2 --type Q8_0 "$T/ds-q8.gguf"
+expect 0 "$SP" "$T/ds-q8.gguf" --tp 2
+contains "$T/out" "blk.0.attn_kv_b.weight and alike (2 tensors, attn_k_b Q8_0, block 32): attn_k_b is stored transposed"
 # every injected plan is valid JSON and records its fault
 python3 - "$T" <<'PY' || fail "fault JSON"
 import glob, json, sys
