@@ -6,7 +6,8 @@ that runs". In short: a fenced ```console block holds `$ command` lines, each fo
 expected output (stdout and stderr together) and, when the command does not exit 0, a last line
 `[exit N]`; `...` alone on a line stands for any lines, `[...]` for any text within a line, `[N]`
 for a number. ```sh setup blocks make the page's inputs. Tags after the info word (`shared`,
-`gpu`, `engine`) say what a block needs; blocks whose need is not met are skipped.
+`gpu`, `gpu2`, `engine`) say what a block needs; blocks whose need is not met are skipped
+(`--gpu`, on a GPU machine, runs the gpu/gpu2 blocks only).
 
     run_docs.py [--build DIR] [--update] [--keep] [--gpu] [--only TAG] [--engine URL] [-v]
                 [PAGE.md ...]
