@@ -219,7 +219,7 @@ assert 'reference' not in t['blk.0.attn_k_b.weight']" && pass || fail "reference
 fi
 
 # ---- real converter output against the original HF weights (../shared) ----
-if [ -n "$SHARED" ] && [ -d "$SHARED/hf/deepseek_v3" ]; then
+if have_shared hf/deepseek_v3; then
     for m in deepseek_v3 llama; do
         for g in model-q8_0.gguf model-f32.gguf; do
             expect 0 "$V" -q --reference "$SHARED/hf/$m" "$SHARED/hf/$m/$g"

@@ -335,7 +335,7 @@ expect 2 G replica "$T/empty.map" "$T/x.gguf"
 contains "$T/err" "no tensors"
 expect 2 G replica --layers 3 "$T/bad.map" "$T/x.gguf"
 contains "$T/err" "replica takes its sizes from the map"
-if [ -n "$SHARED" ] && [ -f "$SHARED/tensor-maps/Kimi-K2-Thinking-BF16.map" ]; then
+if have_shared tensor-maps/Kimi-K2-Thinking-BF16.map; then
     expect 2 G replica --arch llama "$SHARED/tensor-maps/Kimi-K2-Thinking-BF16.map" "$T/x.gguf"
     contains "$T/err" "deepseek2 or glm-dsa"
 fi

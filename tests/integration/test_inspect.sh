@@ -76,7 +76,7 @@ expect 0 "$I" --filter '^a\.' "$C/ok--small-llama.gguf"
 if grep -q "^parameters:  [0-9]*\$" "$T/out"; then pass; else fail "a count below 1000 has no unit: $(grep parameters "$T/out")"; fi
 
 # Real files written by other tools.
-if [ -n "$SHARED" ] && [ -d "$SHARED" ]; then
+if have_shared models/stories260K.gguf hf/deepseek_v3/model-q8_0.gguf; then
     expect 0 "$I" "$SHARED/models/stories260K.gguf"
     contains "$T/out" "tokenizer.ggml.seperator_token_id"
     contains "$T/out" "(512 string)"
