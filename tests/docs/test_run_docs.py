@@ -56,6 +56,10 @@ def test_missing_and_extra_lines_fail(tmp_path):
     assert run(tmp_path, console("$ printf 'a\\n'\na\nb"))[0] == 1
 
 
+def test_continued_commands(tmp_path):
+    assert run(tmp_path, console("$ echo one \\\n    two\none two"))[0] == 0
+
+
 def test_exit_codes_are_checked(tmp_path):
     rc, out, _ = run(tmp_path, console("$ sh -c 'echo no; exit 3'\nno"))
     assert rc == 1 and "exit code 3, the page says 0" in out
