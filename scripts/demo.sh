@@ -4,13 +4,16 @@
 # merged and verified, dequantized and checked, sharded for tp 4, and run through the
 # reference forward pass, single-rank and as 4 virtual ranks, with and without the
 # kv_b sharding fault of the incident in DESIGN.md.
+# Its files (the model, the merge, the record, report.html) stay in build/demo for a look
+# afterwards; a new run replaces them. Needs no browser: open report.html in any.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/scripts/setup.sh" "$here/build"
 bin=$here/build/tools
 gen=$here/build/testdata/gguf-gen
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=$here/build/demo
+rm -rf "$work"
+mkdir -p "$work"
 step() { printf '\n== %s\n' "$*"; }
 # first N CMD...: run CMD to the end (its exit code is kept in $rc), show its first N lines.
 first() {
@@ -53,3 +56,7 @@ first 20 "$bin/ref-forward" "$work/merged.gguf" --tokens 1,5,9,13 --tp 4 --injec
     --html "$work/report.html"
 echo "(exit code $rc: 1 means a divergence was found, as it must be here)"
 [ "$rc" -eq 1 ]
+
+step "done"
+echo "report: $work/report.html (open it in a browser: the first divergence, per layer and rank)"
+echo "files:  $work"

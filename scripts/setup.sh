@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine (root, CUDA toolkit optional) and build ggufkit.
-#   scripts/setup.sh [BUILD_DIR] [extra cmake args...]
-# Installs only what is missing: Debian packages, then gguf-py/numpy/pytest from PyPI.
+#   scripts/setup.sh [--tests] [BUILD_DIR] [extra cmake args...]
+# Installs only what is missing: the Debian packages of the build, then, with --tests, what
+# only the test suite needs (clang and its runtime for the fuzzers, chromium for the HTML
+# report's screenshot test, the zstd command of the docs' examples, gguf-py/numpy/pytest from
+# PyPI as oracles).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+tests=0
+if [ "${1:-}" = "--tests" ]; then
+    tests=1
+    shift
+fi
 build=${1:-$here/build}
 shift || true
 
+pkgs=(build-essential cmake pkg-config libzstd-dev libxxhash-dev check libcurl4-openssl-dev
+      libjansson-dev libmicrohttpd-dev libpcre2-dev)
+[ "$tests" = 1 ] && pkgs+=(clang libclang-rt-14-dev chromium zstd xfsprogs)
 need_pkgs=()
-for p in build-essential cmake pkg-config libzstd-dev libxxhash-dev check clang \
-         libclang-rt-14-dev libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev \
-         libpcre2-dev chromium xfsprogs; do
+for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -21,7 +30,8 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 py=${PYTHON:-python3}
-if ! "$py" -c 'import gguf, numpy, pytest, openai, safetensors, ml_dtypes' >/dev/null 2>&1; then
+if [ "$tests" = 1 ] && ! "$py" -c 'import gguf, numpy, pytest, openai, safetensors, ml_dtypes' \
+        >/dev/null 2>&1; then
     echo "setup: installing gguf numpy pytest openai safetensors ml_dtypes from PyPI" >&2
     "$py" -m pip install -q gguf numpy pytest openai safetensors ml_dtypes
 fi

@@ -8,7 +8,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 
-bash "$here/scripts/setup.sh" "$here/build-ci" -DGGUFKIT_WERROR=ON
+bash "$here/scripts/setup.sh" --tests "$here/build-ci" -DGGUFKIT_WERROR=ON
 (cd "$here/build-ci" && ctest --output-on-failure -j"$jobs" --timeout 900)
 
 echo "== sanitizer build (ASan + UBSan): unit tests and fuzz corpus" >&2

@@ -641,10 +641,20 @@ static int plan_checks(gguf_shard_plan *p)
             for (int r = 0; r < tp && !bad; r++)
                 if (!e->ranks[r].quant_cut_ok)
                     bad = &e->ranks[r];
-            const gguf_type_info *ti = gguf_type_get(e->type);
+            /* Name the type that blocks the cut: for the virtual kv_b (reassembled, so F32
+             * itself) that is the stored attn_k_b its transposed pieces come from. */
+            uint32_t type = e->type;
+            const char *from = "";
+            for (int32_t k = 0; bad && k < bad->n_pieces; k++)
+                if (bad->pieces[k].transpose) {
+                    type = p->e[bad->pieces[k].src].type;
+                    from = "attn_k_b ";
+                    break;
+                }
+            const gguf_type_info *ti = gguf_type_get(type);
             CHK(e->is_virtual ? GGUF_CHECK_INFO : GGUF_CHECK_WARN, "quant_block", e->name,
-                "%s%s (%lld tensor%s, %s, block %u): %s", e->name, count > 1 ? " and alike" : "",
-                (long long)count, count > 1 ? "s" : "", gguf_type_name(e->type),
+                "%s%s (%lld tensor%s, %s%s, block %u): %s", e->name, count > 1 ? " and alike" : "",
+                (long long)count, count > 1 ? "s" : "", from, gguf_type_name(type),
                 ti ? ti->block_size : 1, bad ? bad->reason : "");
         }
     }

@@ -426,6 +426,15 @@ int main(int argc, char **argv)
             rc = usage_error("%s", "replica wants a map and an output: gguf-gen replica MAP OUT.gguf");
             goto done;
         }
+        /* Refused before the map is read: whatever the map holds, it must never be replaced. */
+        struct stat in_st, out_st;
+        if (stat(pos[0], &in_st) == 0 && stat(pos[1], &out_st) == 0 &&
+            in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino) {
+            fprintf(stderr, "%s: error: %s: the output is the input map; not replacing it\n",
+                    GEN_TOOL, pos[1]);
+            rc = CLI_EXIT_USAGE;
+            goto done;
+        }
         if (gen_replica_build(&plan, pos[0], m.arch, m.gpt2, msg, sizeof msg)) {
             fprintf(stderr, "%s: error: %s\n", GEN_TOOL, msg);
             rc = CLI_EXIT_USAGE;
@@ -445,14 +454,6 @@ int main(int argc, char **argv)
     wo.cancel = &cancel_flag;
 
     const char *out = pos[n_pos - 1];
-    struct stat in_st, out_st;
-    if (replica && stat(pos[0], &in_st) == 0 && stat(out, &out_st) == 0 &&
-        in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino) {
-        fprintf(stderr, "%s: error: %s: the output is the input map; not replacing it\n", GEN_TOOL,
-                out);
-        rc = CLI_EXIT_USAGE;
-        goto done;
-    }
     gguf_error err;
     gguf_error_clear(&err);
     uint32_t n_parts = 0;

@@ -27,7 +27,7 @@ if [ ! -x "$BUILD/tests/test_cuda_dequant" ]; then
     { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR=ON -DGGUFKIT_CUDA_ARCHITECTURES=90-real \
         -DCMAKE_BUILD_TYPE=Release &&
       cmake --build "$BUILD" -j"$(nproc)" --target test_cuda_dequant test_cuda_upload test_cuda_st_dequant bench_cuda_dequant \
-        bench_cuda_upload gguf-dequant-verify; } \
+        bench_cuda_upload gguf-dequant-verify gguf-gen; } \
         > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 3; }
 fi
 
@@ -56,6 +56,16 @@ if [ -x "$BUILD/tools/gguf-dequant-verify" ] && [ -d "$GGUFKIT_GPU_TESTDATA" ]; 
         "$BUILD/tools/gguf-dequant-verify" --gpu -q --allow-nonfinite "$f" 2>&1 | tail -2
         echo "$(basename "$f"): exit ${PIPESTATUS[0]}"
     done | tee "$OUT/dequant-verify.log"
+fi
+
+if [ -x "$BUILD/tools/gguf-dequant-verify" ] && [ -x "$BUILD/testdata/gguf-gen" ]; then
+    step "docs: the GPU examples of docs/gguf-dequant-verify.md"
+    timeout 300 python3 "$ROOT/tests/docs/run_docs.py" --build "$BUILD" --gpu \
+        "$ROOT/docs/gguf-dequant-verify.md" > "$OUT/docs.log" 2>&1
+    rc=$?
+    tail -20 "$OUT/docs.log"
+    echo "docs rc=$rc (77 = every GPU example skipped)"
+    [ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
 fi
 
 if command -v compute-sanitizer > /dev/null; then

@@ -13,10 +13,12 @@
 #   integration  tests/integration/test_ref_forward_cuda.sh (GPU branch)
 #   cli          per architecture: ref-forward --record (CPU), then
 #                ref-forward --backend cuda --compare CPU.gguf (exit 0 = within tolerance)
+#   docs         the examples of docs/ref-forward.md tagged gpu / gpu2 (tests/docs/run_docs.py
+#                --gpu; the gpu2 ones need two GPUs), compared with the page
 #   sanitizer    compute-sanitizer memcheck on the quick test
 #   stream       bench_cuda_forward on a generated ~8 GB MoE model (Q4_K):
 #                weight GB/s into the GPU vs pinned H2D GB/s (target >= 70%); then
-#                (memcap) the same model under --gpu-mem-limit 1G against no cap
+#                (memcap) the same model under --gpu-mem-limit 256M against no cap
 #   model20b     a generated ~20B-parameter MoE (Q4_K): 64-token prompt on the
 #                CPU (all cores) and on the GPU, timed, records compared; with 2 GPUs
 #                also --backend cuda --tp 2 against the single-GPU record, timed
@@ -31,8 +33,9 @@
 #         -DGGUFKIT_CUDA_ARCHITECTURES=90-real
 #   cmake --build build-gpufwd-run -j2 --target ref-forward gguf-gen test_gpu_forward \
 #         test_nccl_comm test_gpu_tp bench_cuda_forward shard-plan
-# GGUFKIT_SKIP="..." skips steps by name (test nccl tp integration cli sanitizer stream
-# memcap model20b tpfaults; memcap runs inside stream, on its model); GGUFKIT_20B_CPU=0 leaves out the CPU run of the 20B model;
+# GGUFKIT_SKIP="..." skips steps by name (test nccl tp integration cli docs sanitizer stream
+# memcap model20b tpfaults; memcap runs inside stream, on its model); GGUFKIT_20B_CPU=0 leaves
+# out the CPU run of the 20B model;
 # GGUFKIT_STREAM_RUNS="THREADS:CHUNK_MIB:REGISTER ..." picks the stream step's runs;
 # GGUFKIT_TP=N the tpfaults step's tp (default: the GPUs of the host). On the 2-GPU
 # machine (2026-11-30) everything but stream/model20b/tpfaults took 90 s, stream and
@@ -136,6 +139,16 @@ for v in "llama" "llama --rope-freqs 8" "qwen2" "qwen3" "qwen3moe" "deepseek2" \
     [ "$rc" = 0 ] || status=1
     rm -f "$SCR/$name.gguf" "$SCR/$name.cpu.gguf"
 done
+fi
+
+if ! skipped docs; then
+step "docs: the GPU examples of docs/ref-forward.md"
+timeout 300 python3 "$ROOT/tests/docs/run_docs.py" --build "$BUILD" --gpu "$ROOT/docs/ref-forward.md" \
+    > "$OUT/docs.log" 2>&1
+rc=$?
+tail -20 "$OUT/docs.log"
+note "docs rc=$rc (77 = every GPU example skipped)"
+[ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
 fi
 
 if ! skipped sanitizer && command -v compute-sanitizer > /dev/null; then

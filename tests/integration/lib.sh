@@ -12,6 +12,17 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 pass() { passes=$((passes + 1)); }
 skip() { echo "SKIP: $*"; exit 77; }
 need_shared() { [ -n "$SHARED" ] && [ -d "$SHARED" ] || skip "../shared/testdata is absent"; }
+# have_shared PATH...: true when every PATH exists under ../shared/testdata; else says which
+# checks are skipped (the rest of the test runs) and is false.
+have_shared() {
+    local f
+    for f in "$@"; do
+        if [ -z "$SHARED" ] || [ ! -e "$SHARED/$f" ]; then
+            echo "note: ../shared/testdata/$f is absent: the checks that read it are skipped"
+            return 1
+        fi
+    done
+}
 
 # expect CODE CMD...: run CMD, capture stdout/stderr in $T/out $T/err, check the exit code.
 expect() {

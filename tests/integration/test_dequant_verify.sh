@@ -257,15 +257,13 @@ expect 2 "$V" -q --reference "$T/ref-fp8/model.safetensors.index.json" "$T/ds1.g
 contains "$T/err" "q_b_proj.weight_scale_inv"
 
 # ---- real converter output against the original HF weights (../shared) ----
-if [ -n "$SHARED" ] && [ -d "$SHARED/hf/deepseek_v3" ]; then
+if have_shared hf/deepseek_v3; then
     for m in deepseek_v3 llama; do
         for g in model-q8_0.gguf model-f32.gguf; do
             expect 0 "$V" -q --reference "$SHARED/hf/$m" "$SHARED/hf/$m/$g"
             contains "$T/out" "0 failed, 0 missing"
         done
     done
-else
-    echo "note: ../shared/testdata absent: real-model reference checks not run"
 fi
 
 finish

@@ -320,6 +320,12 @@ ln -s in.map "$T/alias.map"
 expect 2 G replica --force "$T/in.map" "$T/alias.map"
 contains "$T/err" "the output is the input map"
 [ -L "$T/alias.map" ] && cmp -s "$T/in.map" "$T/alias.map" && pass || fail "the input map was touched"
+# Refused before the map is read: a map that is no map is still never replaced.
+printf 'x\n' >"$T/junk.map"
+ln -s junk.map "$T/junk-alias.map"
+expect 2 G replica --force "$T/junk.map" "$T/junk-alias.map"
+contains "$T/err" "the output is the input map"
+check "the junk map is unchanged" "$(cat "$T/junk.map")" "x"
 mkdir "$T/adir"
 expect 2 G model --arch llama "$T/adir"
 expect 2 G replica "$T/missing.map" "$T/x.gguf"
@@ -353,7 +359,7 @@ expect 2 G replica "$T/empty.map" "$T/x.gguf"
 contains "$T/err" "no tensors"
 expect 2 G replica --layers 3 "$T/bad.map" "$T/x.gguf"
 contains "$T/err" "replica takes its sizes from the map"
-if [ -n "$SHARED" ] && [ -f "$SHARED/tensor-maps/Kimi-K2-Thinking-BF16.map" ]; then
+if have_shared tensor-maps/Kimi-K2-Thinking-BF16.map; then
     expect 2 G replica --arch llama "$SHARED/tensor-maps/Kimi-K2-Thinking-BF16.map" "$T/x.gguf"
     contains "$T/err" "deepseek2 or glm-dsa"
 fi

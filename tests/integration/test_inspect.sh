@@ -65,10 +65,18 @@ PY
     expect 0 "$I" --hash "$mid"
     contains "$T/out" "model xxh3-128: $model"
     contains "$T/out" "split layout:"
+    # The parameter count in the unit its size calls for (was "(0.001 B)" for every small model).
+    expect 0 "$I" --json "$mid"
+    n=$(python3 -c "import json;print(json.load(open('$T/out'))['totals']['n_elements'])")
+    want=$(python3 -c "print('parameters:  %d (%.2f M)' % ($n, $n / 1e6))")
+    expect 0 "$I" "$mid"
+    contains "$T/out" "$want"
 fi
+expect 0 "$I" --filter '^a\.' "$C/ok--small-llama.gguf"
+if grep -q "^parameters:  [0-9]*\$" "$T/out"; then pass; else fail "a count below 1000 has no unit: $(grep parameters "$T/out")"; fi
 
 # Real files written by other tools.
-if [ -n "$SHARED" ] && [ -d "$SHARED" ]; then
+if have_shared models/stories260K.gguf hf/deepseek_v3/model-q8_0.gguf; then
     expect 0 "$I" "$SHARED/models/stories260K.gguf"
     contains "$T/out" "tokenizer.ggml.seperator_token_id"
     contains "$T/out" "(512 string)"

@@ -201,7 +201,7 @@ EOF
 fi
 
 # Real files from other tools (../shared/testdata), when present.
-if [ -n "$SHARED" ] && [ -d "$SHARED/models" ]; then
+if have_shared models; then
     d=$T/real
     mkdir -p "$d"
     for f in "$SHARED"/models/*.gguf "$SHARED"/hf/*/model-q8_0.gguf; do
@@ -235,8 +235,8 @@ if [ -x "$GEN" ]; then
 
     # Real scale: a sparse replica of GLM-5.1 (1809 tensors, 425 GiB, 10 parts as
     # downloaded) merges into one 456 GB file in well under a second of copying, on no disk.
-    MAP=${SHARED:-/nonexistent}/tensor-maps/GLM-5.1-Q4_K.map
-    if [ -f "$MAP" ]; then
+    MAP=$SHARED/tensor-maps/GLM-5.1-Q4_K.map
+    if have_shared tensor-maps/GLM-5.1-Q4_K.map; then
         d=$T/glm
         mkdir -p "$d"
         "$GEN" replica -q --split-max-size 45GiB "$MAP" "$d/glm51.gguf"  # 10 parts

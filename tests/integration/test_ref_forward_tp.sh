@@ -147,8 +147,8 @@ expect 2 "$R" "$T/llama.gguf" --tokens 1,2 --tp 2 --inject kv-b-whole
 contains "$T/err" "the model has no MLA kv_b_proj"
 # -n with --tp: what each side generates. The trained stories260K model says
 # the same on 2 ranks, and garbage with a broken fused qkv cut.
-S=${SHARED:+$SHARED/models/stories260K.gguf}
-if [ -n "$S" ] && [ -f "$S" ]; then
+S=$SHARED/models/stories260K.gguf
+if have_shared models/stories260K.gguf; then
     expect 0 "$R" "$S" --tp 2 -n 12
     contains "$T/out" "reference text:  Once upon a time, there was a little girl"
     contains "$T/out" "tp text:  Once upon a time, there was a little girl"

@@ -108,6 +108,10 @@ expect 0 "$SP" "$T/arch-deepseek2.gguf" --tp 2
 awk '/^TENSOR/ { col = index($0, " RULE ") }
      /\(HF kv_b_proj\)/ { n++; if (index($0, " heads ") != col) bad = 1 }
      END { exit !(col > 0 && n > 0 && !bad) }' "$T/out" && pass || fail "kv_b rows misaligned"
+# the kv_b note names the quantized tensor that cannot be transposed, not the F32 it becomes
+"$GEN" model -q --no-sync --arch deepseek2 --type Q8_0 "$T/ds-q8.gguf"
+expect 0 "$SP" "$T/ds-q8.gguf" --tp 2
+contains "$T/out" "blk.0.attn_kv_b.weight and alike (2 tensors, attn_k_b Q8_0, block 32): attn_k_b is stored transposed"
 # every injected plan is valid JSON and records its fault
 python3 - "$T" <<'PY' || fail "fault JSON"
 import glob, json, sys
@@ -162,11 +166,11 @@ expect 0 "$SP" "$T/split-00002-of-00002.gguf" --tp 2
 contains "$T/out" "arch glm-dsa, 3 blocks (1 NextN), 71 tensors"
 
 # ---- real files: unsupported architectures, vocabulary-only files ----
-if [ -n "$SHARED" ] && [ -f "$SHARED/vocab/ggml-vocab-baichuan.gguf" ]; then
+if have_shared vocab/ggml-vocab-baichuan.gguf; then
     expect 2 "$SP" "$SHARED/vocab/ggml-vocab-baichuan.gguf" --tp 2
     contains "$T/err" "general.architecture: 'baichuan' is not supported"
 fi
-if [ -n "$SHARED" ] && [ -f "$SHARED/vocab/ggml-vocab-llama-spm.gguf" ]; then
+if have_shared vocab/ggml-vocab-llama-spm.gguf; then
     # metadata of a 32-block llama, no tensors: every tensor the engine loads is missing
     expect 1 "$SP" "$SHARED/vocab/ggml-vocab-llama-spm.gguf" --tp 2
     contains "$T/out" "error missing      token_embd.weight: the engine loads it (HF model.embed_tokens.weight) but the file lacks it"
@@ -174,7 +178,7 @@ if [ -n "$SHARED" ] && [ -f "$SHARED/vocab/ggml-vocab-llama-spm.gguf" ]; then
 fi
 
 # ---- real files: the converter's DeepSeek-V3 (MLA, MoE) ----
-if [ -n "$SHARED" ] && [ -f "$SHARED/hf/deepseek_v3/model-q8_0.gguf" ]; then
+if have_shared hf/deepseek_v3/model-q8_0.gguf; then
     DS="$SHARED/hf/deepseek_v3/model-q8_0.gguf"
     expect 0 "$SP" "$DS" --tp 2 --json
     cp "$T/out" "$T/ds.json"
@@ -265,7 +269,7 @@ EOF
 fi
 
 # ---- header-faithful replica of GLM-5.1 (sparse, no disk) ----
-if [ -n "$SHARED" ] && [ -f "$SHARED/tensor-maps/GLM-5.1-Q4_K.map" ]; then
+if have_shared tensor-maps/GLM-5.1-Q4_K.map; then
     "$GEN" replica -q --no-sync "$SHARED/tensor-maps/GLM-5.1-Q4_K.map" "$T/glm51.gguf"
     start=$(date +%s%N)
     expect 0 "$SP" "$T/glm51.gguf" --tp 8 -v --filter blk.5.attn_kv_b

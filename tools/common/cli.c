@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 int cli_verbosity = 1;
-const char *cli_quiet_help;
 
 static const cli_opt common_opts[] = {
     {CLI_OPT_HELP, "help", 0, NULL, "show this help and exit"},
@@ -22,9 +21,21 @@ static const cli_opt common_opts[] = {
     {0, NULL, 0, NULL, NULL},
 };
 
-static void print_opts(const cli_opt *o, FILE *out, const char *quiet_help)
+/* A tool may list a common option (-q, -v, --help, --version) in its own table to say what
+ * it does there; that entry then replaces the common one. */
+static bool tool_overrides(const cli_spec *spec, int id)
+{
+    for (const cli_opt *o = spec->opts; o && o->name; o++)
+        if (o->id == id)
+            return true;
+    return false;
+}
+
+static void print_opts(const cli_spec *spec, const cli_opt *o, bool common, FILE *out)
 {
     for (; o && o->name; o++) {
+        if (common && tool_overrides(spec, o->id))
+            continue;
         char left[64];
         if (o->id > 0 && o->id < 256)
             snprintf(left, sizeof left, "-%c, --%s%s%s", o->id, o->name, o->arg ? " " : "",
@@ -37,16 +48,15 @@ static void print_opts(const cli_opt *o, FILE *out, const char *quiet_help)
         else
             snprintf(left, sizeof left, "    --%s%s%s", o->name, o->arg ? " " : "",
                      o->arg ? o->arg : "");
-        fprintf(out, "  %-30s %s\n", left,
-                o->id == CLI_OPT_QUIET && quiet_help ? quiet_help : o->help);
+        fprintf(out, "  %-30s %s\n", left, o->help);
     }
 }
 
 void cli_usage(const cli_spec *spec, FILE *out)
 {
     fprintf(out, "Usage: %s %s\n\n%s\n\nOptions:\n", spec->tool, spec->usage, spec->summary);
-    print_opts(spec->opts, out, NULL);
-    print_opts(common_opts, out, cli_quiet_help);
+    print_opts(spec, spec->opts, false, out);
+    print_opts(spec, common_opts, true, out);
     if (spec->examples)
         fprintf(out, "\nExamples:\n%s", spec->examples);
     fprintf(out, "\nExit codes: 0 ok, 1 a check found a difference, 2 bad usage or input, "
@@ -69,6 +79,8 @@ int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int 
         for (int pass = 0; pass < 2; pass++) {
             const cli_opt *o = pass ? common_opts : spec->opts;
             for (; o && o->name && n < 127; o++) {
+                if (pass && tool_overrides(spec, o->id))
+                    continue;
                 longopts[n].name = o->name;
                 longopts[n].has_arg = o->has_arg == 2   ? optional_argument
                                       : o->has_arg ? required_argument

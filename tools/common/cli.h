@@ -37,10 +37,6 @@ typedef struct cli_spec {
 } cli_spec;
 
 extern int cli_verbosity; /* 0 quiet, 1 normal, 2 verbose */
-/* -q's line in --help when a tool keeps more than errors under -q (set before cli_next;
- * NULL: "print only errors"). */
-extern const char *cli_quiet_help;
-
 /*
  * Next option: its id, or -1 when options end (then argv[*optind] is the first
  * positional). Handles --help, --version, -q, -v itself; prints usage and exits

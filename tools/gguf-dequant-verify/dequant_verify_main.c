@@ -47,6 +47,7 @@ static const cli_opt options[] = {
     {OPT_THREADS, "threads", 1, "N", "dequantization threads (default: all cores)"},
     {OPT_PATH, "path", 1, "NAME", "CPU implementation: auto, scalar, portable, avx2"},
     {OPT_CHUNK, "chunk", 1, "SIZE", "floats held per tensor at a time (default 16M)"},
+    {CLI_OPT_QUIET, "quiet", 0, NULL, "only the failing tensors and the summary (default: every tensor)"},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -474,7 +475,6 @@ static int parse_path(const char *s)
 int main(int argc, char **argv)
 {
     dv_opts o = {.chunk_elems = 16u << 20};
-    cli_quiet_help = "print only failing tensors, errors and the summary (-q)";
     int c, optind_ = 1;
     const char *arg;
     while ((c = cli_next(&spec, argc, argv, &arg, &optind_)) != -1) {

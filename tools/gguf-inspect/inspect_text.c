@@ -47,6 +47,24 @@ static void text_value(FILE *out, const gguf_value *v, int depth)
         fprintf(out, " (%llu %s)", (unsigned long long)n, gguf_value_type_name(v->v.arr.type));
 }
 
+/* "45.44 K", "1.10 B": a count in the decimal unit its size calls for, as model sizes are
+ * quoted ("7B"); empty below a thousand, where the number says it all. */
+static const char *count_str(uint64_t n, char *buf, size_t size)
+{
+    static const char units[] = "KMBT";
+    double v = (double)n;
+    int u = -1;
+    while (v >= 999.995 && u < 3) {
+        v /= 1000.0;
+        u++;
+    }
+    if (u < 0)
+        buf[0] = '\0';
+    else
+        snprintf(buf, size, " (%.2f %c)", v, units[u]);
+    return buf;
+}
+
 static void shape_str(const gguf_tensor *t, char *buf, size_t size)
 {
     size_t k = 0;
@@ -146,8 +164,9 @@ void inspect_print_text(FILE *out, const gguf_set *s, const inspect_opts *o,
                 (unsigned long long)by_type_elems[t], (unsigned long long)by_type_bytes[t],
                 by_type_elems[t] ? 8.0 * (double)by_type_bytes[t] / (double)by_type_elems[t] : 0);
     }
-    fprintf(out, "parameters:  %llu (%.3f B)\n", (unsigned long long)total_elems,
-            (double)total_elems / 1e9);
+    char cb[32];
+    fprintf(out, "parameters:  %llu%s\n", (unsigned long long)total_elems,
+            count_str(total_elems, cb, sizeof cb));
     fprintf(out, "tensor data: %llu bytes (%s)\n", (unsigned long long)total_bytes,
             cli_human_bytes(total_bytes, hb, sizeof hb));
     fprintf(out, "bits/weight: %.3f\n",
