@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "forward_setup.h"
 #include "gguf/forward.h"
 #include "gguf/model.h"
 #include "gguf/shard.h"
@@ -340,6 +341,12 @@ START_TEST(llama_checkpoint)
         ck_assert_msg(strstr(err.message, "HF checkpoint"), "%s", err.message);
     }
     gguf_shard_plan_free(plan);
+    /* backends that read tensor data (the GPU's set-up) refuse it; the CPU's takes it */
+    fw_setup su;
+    ck_assert_int_eq(fw_setup_init(&su, m, NULL, &err), GGUF_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "CPU reference only"), "%s", err.message);
+    ck_assert_int_eq(fw_setup_init_any(&su, m, NULL, &err), 0);
+    fw_setup_free(&su);
     /* the digest is stable and follows the bytes */
     gguf_digest d1, d2;
     ck_assert_int_eq(gguf_model_hf_digest(m, &d1, &err), 0);
