@@ -20,6 +20,7 @@
  * role takes (a bias the forward has no place for, ...) is an error: a
  * reference that silently drops weights would be wrong without saying so.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -438,6 +439,10 @@ int gguf_model_open_hf(gguf_model **out, const char *path, gguf_error *err)
     if (!out || !path)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_model_open_hf: NULL");
     *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return gguf_fail_errno(err, errno == ENOENT ? GGUF_E_NOT_FOUND : GGUF_E_IO, errno, "%s",
+                               path);
     gguf_model *m = calloc(1, sizeof *m);
     model_hf *hf = calloc(1, sizeof *hf);
     char *dir = folder_of(path), *text = NULL;
