@@ -421,6 +421,8 @@ static int parse(cfg *c, model_hf_config *o)
     if (moe)
         read_moe(c, o);
     read_rope(c, o);
+    if (!c->rc && !c->mlen && hp->n_vocab < 1)
+        cfg_fail(c, GGUF_E_BAD_VALUE, "vocab_size", "must be positive");
     if (c->rc)
         return c->rc;
     if (c->mlen)

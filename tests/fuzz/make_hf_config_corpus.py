@@ -113,6 +113,7 @@ CASES = {
     "GGUF_E_BAD_VALUE--negative": j(dict(LLAMA, num_hidden_layers=-2)),
     "GGUF_E_BAD_VALUE--over-cap": j(dict(LLAMA, hidden_size=1 << 30)),
     "GGUF_E_BAD_VALUE--zero-layers": j(dict(LLAMA, num_hidden_layers=0)),
+    "GGUF_E_BAD_VALUE--zero-vocab": j(dict(QWEN2, vocab_size=0)),
     "GGUF_E_BAD_VALUE--heads-kv": j(dict(LLAMA, num_key_value_heads=3)),
     "GGUF_E_BAD_VALUE--eps": j(dict(LLAMA, rms_norm_eps=0)),
     "GGUF_E_BAD_VALUE--llama-partial-rope": j(dict(LLAMA, partial_rotary_factor=0.5)),
