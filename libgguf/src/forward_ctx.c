@@ -50,6 +50,9 @@ static const gguf_fwd_backend cpu_backend = {"cpu", cpu_eval, cpu_n_past, cpu_st
                                              cpu_set_capture, cpu_free};
 static const gguf_fwd_backend cpu_tp_backend = {"cpu-tp", cpu_eval, cpu_n_past, cpu_stats,
                                                 cpu_set_capture, cpu_free};
+/* The reference over an HF checkpoint: records say so in record.backend. */
+static const gguf_fwd_backend cpu_hf_backend = {"cpu-hf", cpu_eval, cpu_n_past, cpu_stats,
+                                                cpu_set_capture, cpu_free};
 
 int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_opts *opts,
                         gguf_error *err)
@@ -61,7 +64,8 @@ int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_
     int rc = fw_exec_create(&c, m, NULL, opts, err);
     if (rc)
         return rc;
-    return gguf_fwd_ctx_wrap(out, m, &cpu_backend, c, err);
+    return gguf_fwd_ctx_wrap(out, m, gguf_model_checkpoint(m) ? &cpu_hf_backend : &cpu_backend, c,
+                             err);
 }
 
 int gguf_fwd_tp_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard_plan *plan,
@@ -73,6 +77,11 @@ int gguf_fwd_tp_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard
     if (!plan || gguf_shard_plan_model(plan) != m)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                          "virtual tp: the plan was not built for this model");
+    if (gguf_model_checkpoint(m))
+        return gguf_fail(err, GGUF_E_UNSUPPORTED, GGUF_NO_OFFSET,
+                         "%s: virtual tp: shard plans slice GGUF tensors; an HF checkpoint "
+                         "runs the single-rank reference only (run --tp on its GGUF conversion)",
+                         gguf_model_name(m));
     fw_exec *c;
     int rc = fw_exec_create(&c, m, plan, opts, err);
     if (rc)

@@ -57,11 +57,12 @@ int fw_exec_create(fw_exec **out, const gguf_model *m, const gguf_shard_plan *pl
     fw_exec *c = calloc(1, sizeof *c);
     if (!c)
         return fw_nomem(err, "context");
-    int rc = fw_setup_init(&c->s, m, opts, err);
+    int rc = fw_setup_init_any(&c->s, m, opts, err);
     if (rc) {
         free(c);
         return rc;
     }
+    c->hf = gguf_model_checkpoint(m) != NULL;
     c->plan = plan;
     c->tp = plan ? gguf_shard_plan_ranks(plan) : 1;
     fw_runtime_init(&c->rt, &c->s, plan ? gguf_shard_plan_runtime(plan) : NULL);

@@ -3,8 +3,9 @@
  * (a shard plan), with the ops of forward_attn.c and forward_ffn.c taking
  * their weights from forward_weights.c. The single-rank and the multi-rank
  * runs differ only in where a weight comes from (the file, streamed and
- * dequantized chunk by chunk, or the rank's slice of the plan) and in the
- * collectives between ranks. Not installed. */
+ * dequantized chunk by chunk; an HF checkpoint's weight, streamed the same
+ * way through the model module's rows; or the rank's slice of the plan) and
+ * in the collectives between ranks. Not installed. */
 #ifndef GGUF_FORWARD_EXEC_H
 #define GGUF_FORWARD_EXEC_H
 
@@ -28,6 +29,7 @@ typedef struct fw_exec {
     fw_kv *kv;                   /* [tp][n_layer] */
     double **x;                  /* residual stream of each rank [n][E] */
     gguf_fwd_stats st;
+    bool hf;                     /* the model is an HF checkpoint (gguf_model_open_hf) */
     uint64_t resident;           /* dequantized weight bytes alive now */
     gguf_dequant_opts dq;
     long page;
@@ -42,9 +44,12 @@ static inline int fw_cap_rank(const fw_exec *c, int r)
 /* ---- weights (forward_weights.c) ---- */
 
 /* A weight as a matrix of rows ne[0] wide: stored rows of the file (t,
- * dequantized chunk by chunk when used) or floats (a rank's slice). */
+ * dequantized chunk by chunk when used), of an HF checkpoint (hf, its rows
+ * dequantized the same way by gguf_model_tensor_rows; t its tensor info) or
+ * floats (a rank's slice). */
 typedef struct fw_w {
     const gguf_tensor *t;
+    const gguf_model_tensor *hf; /* the checkpoint's weight, or NULL */
     int64_t row0;               /* first row of t */
     float *f;
     bool own;                   /* f is freed by fw_w_release */
@@ -64,7 +69,8 @@ static inline int64_t fw_w_rows(const fw_w *w)
 /* Rank r's weight of (layer, role): the file's tensor without a plan, the
  * plan's slice (materialized as floats) with one. Absent: fw_w_has() false. */
 int fw_w_get(fw_exec *c, int r, int64_t il, gguf_role role, fw_w *w, gguf_error *err);
-/* The file's tensor whatever the plan (weights no plan slices: the indexer). */
+/* The file's (or checkpoint's) tensor whatever the plan (weights no plan
+ * slices: the indexer). */
 void fw_w_file(fw_exec *c, int64_t il, gguf_role role, fw_w *w);
 void fw_w_release(fw_w *w);
 /* Rows [row0, row0 + n) of w as a view (borrowed). */

@@ -121,11 +121,17 @@ static const char *hparams_problem(const gguf_hparams *h)
     return NULL;
 }
 
-int fw_setup_init(fw_setup *s, const gguf_model *m, const gguf_fwd_opts *opts, gguf_error *err)
+static int setup_init(fw_setup *s, const gguf_model *m, const gguf_fwd_opts *opts, bool any,
+                      gguf_error *err)
 {
     memset(s, 0, sizeof *s);
     if (!m)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "forward: no model");
+    if (!any && gguf_model_checkpoint(m))
+        return gguf_fail(err, GGUF_E_UNSUPPORTED, GGUF_NO_OFFSET,
+                         "%s: an HF checkpoint runs on the CPU reference only (this backend "
+                         "reads GGUF tensor data); convert it to GGUF for the GPU",
+                         gguf_model_name(m));
     if (opts)
         s->o = *opts;
     if (s->o.precision != GGUF_FWD_F32 && s->o.precision != GGUF_FWD_F64)
@@ -186,6 +192,17 @@ int fw_setup_init(fw_setup *s, const gguf_model *m, const gguf_fwd_opts *opts, g
     s->use_exp_probs_b = true;
     s->shared_scale = 1.0;
     return 0;
+}
+
+int fw_setup_init(fw_setup *s, const gguf_model *m, const gguf_fwd_opts *opts, gguf_error *err)
+{
+    return setup_init(s, m, opts, false, err);
+}
+
+int fw_setup_init_any(fw_setup *s, const gguf_model *m, const gguf_fwd_opts *opts,
+                      gguf_error *err)
+{
+    return setup_init(s, m, opts, true, err);
 }
 
 void fw_setup_free(fw_setup *s)

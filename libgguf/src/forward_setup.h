@@ -33,6 +33,12 @@ typedef struct fw_setup {
  *         GGUF_E_BAD_TYPE / GGUF_E_NOMEM (rope_freqs).
  */
 int fw_setup_init(fw_setup *s, const gguf_model *m, const gguf_fwd_opts *opts, gguf_error *err);
+/* The same for a backend that also reads models over an HF checkpoint
+ * (gguf_model_open_hf: their tensors have no data, their rows come from
+ * gguf_model_tensor_rows). fw_setup_init refuses those with
+ * GGUF_E_UNSUPPORTED: backends that read tensor data (the GPU) cannot run them. */
+int fw_setup_init_any(fw_setup *s, const gguf_model *m, const gguf_fwd_opts *opts,
+                      gguf_error *err);
 void fw_setup_free(fw_setup *s);
 
 /* The settings an engine's runtime changes (a shard plan's; faults can break

@@ -2,9 +2,11 @@
  * goes through (matmul, norm). Without a plan a weight is the file's tensor:
  * it is dequantized from the mmap right before the matmul that uses it, in
  * chunks of at most 32 MiB of floats, and freed right after (optionally
- * dropping the mapped pages), so RSS stays about one chunk of weights. With
- * a plan a weight is the rank's slice, materialized as floats by the shard
- * module, so every cut and every injected fault comes from the plan. */
+ * dropping the mapped pages), so RSS stays about one chunk of weights. A
+ * model over an HF checkpoint streams the same way, its rows dequantized
+ * (and put into GGUF layout) by gguf_model_tensor_rows. With a plan a weight
+ * is the rank's slice, materialized as floats by the shard module, so every
+ * cut and every injected fault comes from the plan. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +25,38 @@ static void note_resident(fw_exec *c, uint64_t floats)
         c->st.peak_weight_bytes = c->resident;
 }
 
-/* Dequantize rows [row0, row0+n_rows) of a tensor seen as a matrix of ne[0]
- * wide rows. The buffer counts as resident weights until release(). */
-static int dequant(fw_exec *c, const gguf_tensor *t, int64_t row0, int64_t n_rows, float **out,
+/* Rows [row0, row0+n_rows) of an HF checkpoint's weight, as dequant(). */
+static int dequant_hf(fw_exec *c, const gguf_model_tensor *mt, int64_t row0, int64_t n_rows,
+                      float **out, gguf_error *err)
+{
+    const int64_t w = mt->t->ne[0];
+    float *buf = malloc((size_t)(n_rows * w) * sizeof(float) + 1);
+    if (!buf)
+        return fw_nomem(err, mt->t->name);
+    uint64_t bytes = 0;
+    int rc = gguf_model_tensor_rows(c->s.m, mt, row0, n_rows, buf,
+                                    c->s.o.drop_pages ? GGUF_MODEL_ROWS_DROP_PAGES : 0, &bytes,
+                                    err);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    c->st.weight_bytes += bytes;
+    c->st.dequant_floats += (uint64_t)(n_rows * w);
+    note_resident(c, (uint64_t)(n_rows * w));
+    *out = buf;
+    return 0;
+}
+
+/* Dequantize rows [row0, row0+n_rows) of a weight's stored tensor seen as a
+ * matrix of ne[0] wide rows. The buffer counts as resident weights until
+ * release(). */
+static int dequant(fw_exec *c, const fw_w *fw, int64_t row0, int64_t n_rows, float **out,
                    gguf_error *err)
 {
+    if (fw->hf)
+        return dequant_hf(c, fw->hf, row0, n_rows, out, err);
+    const gguf_tensor *t = fw->t;
     uint64_t row_bytes;
     int rc = gguf_type_row_bytes(t->type, t->ne[0], &row_bytes);
     if (rc)
@@ -71,10 +100,12 @@ static void release(fw_exec *c, float *buf, int64_t n_floats)
 void fw_w_file(fw_exec *c, int64_t il, gguf_role role, fw_w *w)
 {
     memset(w, 0, sizeof *w);
-    const gguf_tensor *t = gguf_model_get(c->s.m, il, role);
-    if (!t)
+    const gguf_model_tensor *mt = gguf_model_get_info(c->s.m, il, role);
+    if (!mt)
         return;
+    const gguf_tensor *t = mt->t;
     w->t = t;
+    w->hf = c->hf ? mt : NULL;
     for (int d = 0; d < 4; d++)
         w->ne[d] = t->ne[d] > 0 ? t->ne[d] : 1;
 }
@@ -150,7 +181,7 @@ int fw_vec(fw_exec *c, const fw_w *w, int64_t want, float **out, gguf_error *err
     float *row = NULL;
     int rc;
     if (w->t) {
-        if ((rc = dequant(c, w->t, w->row0, 1, &row, err)))
+        if ((rc = dequant(c, w, w->row0, 1, &row, err)))
             return rc;
         if (have == want) {
             *out = row;
@@ -178,7 +209,7 @@ int fw_w_floats(fw_exec *c, const fw_w *w, float **out, gguf_error *err)
 {
     const int64_t rows = fw_w_rows(w);
     if (w->t)
-        return dequant(c, w->t, w->row0, rows, out, err);
+        return dequant(c, w, w->row0, rows, out, err);
     float *v = malloc((size_t)(rows * w->ne[0]) * sizeof(float) + 1);
     if (!v)
         return fw_nomem(err, "weights");
@@ -225,7 +256,7 @@ int fw_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xw, int64_
         for (int64_t r = 0; r < n_out && !rc; r += chunk) {
             const int64_t nr = n_out - r < chunk ? n_out - r : chunk;
             float *buf = NULL;
-            if ((rc = dequant(c, w->t, w->row0 + r, nr, &buf, err)))
+            if ((rc = dequant(c, w, w->row0 + r, nr, &buf, err)))
                 break;
             fw_matmul(y + r, ys, xx, xs, buf, b ? b + r : NULL, n_in, nr, n_tok,
                       c->s.o.n_threads, c->s.prec);

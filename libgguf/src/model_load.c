@@ -142,6 +142,12 @@ static int key_bool(kctx *k, const char *suffix, bool *out, bool def)
     return 1;
 }
 
+/* The GGUF key of a field, for the shared checks' messages: "ARCH.suffix". */
+static void gguf_key_name(const void *arch, const char *suffix, char *out, size_t size)
+{
+    snprintf(out, size, "%s.%s", (const char *)arch, suffix);
+}
+
 static int bad(kctx *k, const char *fmt_key, const char *what)
 {
     if (k->rc == 0)
@@ -324,77 +330,24 @@ static int load_hparams(gguf_hparams *hp, const gguf_file *f, const char *name,
                          k.missing);
 
     /* ---- consistency ---- */
-    char kn[160], kn2[160];
-#define KEY(s) (key_name(&k, (s), kn, sizeof kn), kn)
-    if (hp->n_layer <= 0 || hp->n_layer > CAP_LAYERS)
-        return bad(&k, KEY("block_count"), "must be 1..4096");
-    if (hp->n_embd <= 0)
-        return bad(&k, KEY("embedding_length"), "must be positive");
-    if (hp->n_head <= 0)
-        return bad(&k, KEY("attention.head_count"), "must be positive");
-    if (hp->n_head_kv <= 0)
-        return bad(&k, KEY("attention.head_count_kv"), "must be positive");
-    if (!mla && hp->n_head % hp->n_head_kv != 0) {
-        snprintf(kn2, sizeof kn2, "%s.attention.head_count %lld",
-                 hp->arch_name, (long long)hp->n_head);
-        char msg[320];
-        snprintf(msg, sizeof msg, "%lld does not divide %s", (long long)hp->n_head_kv, kn2);
-        return bad(&k, KEY("attention.head_count_kv"), msg);
-    }
-    if (!(hp->rms_eps > 0.0 && hp->rms_eps < 1.0))
-        return bad(&k, KEY("attention.layer_norm_rms_epsilon"), "must be in (0, 1)");
-    if (hp->n_nextn >= hp->n_layer)
-        return bad(&k, KEY("nextn_predict_layers"), "must be less than block_count");
-    hp->n_layer_main = hp->n_layer - hp->n_nextn;
-    if (hp->n_layer_dense_lead > hp->n_layer)
-        return bad(&k, KEY("leading_dense_block_count"), "exceeds block_count");
-    if (hp->n_embd_head_k <= 0 || hp->n_embd_head_v <= 0)
-        return bad(&k, KEY(mla ? "attention.key_length_mla" : "attention.key_length"),
-                   "head width must be positive");
-    if (hp->n_rot < 0 || hp->n_rot > hp->n_embd_head_k || hp->n_rot % 2 != 0)
-        return bad(&k, KEY("rope.dimension_count"), "must be even and at most the head width");
-    if (a == GGUF_ARCH_LLAMA && hp->n_rot != hp->n_embd_head_k)
-        return bad(&k, KEY("rope.dimension_count"), "llama rotates the whole head: must equal "
-                                                    "the head width");
-    if (mla) {
-        if (hp->qk_nope < 1)
-            return bad(&k, KEY("attention.key_length_mla"),
-                       "must exceed rope.dimension_count (qk_nope = key_length_mla - qk_rope)");
-        if (hp->kv_lora_rank <= 0)
-            return bad(&k, KEY("attention.kv_lora_rank"), "must be positive");
-        /* Modern MLA files also store the latent cache widths in the plain keys. */
-        if (has_kl && key_len != hp->kv_lora_rank + hp->qk_rope)
-            return bad(&k, KEY("attention.key_length"),
-                       "must equal kv_lora_rank + rope.dimension_count in an MLA file");
-        if (has_vl && val_len != hp->kv_lora_rank)
-            return bad(&k, KEY("attention.value_length"),
-                       "must equal kv_lora_rank in an MLA file");
-    }
-    if (hp->n_expert > CAP_EXPERTS)
-        return bad(&k, KEY("expert_count"), "over the cap of 65536");
-    if (hp->n_expert_used > hp->n_expert)
-        return bad(&k, KEY("expert_used_count"), "exceeds expert_count");
-    if (hp->n_expert > 0 && hp->n_expert_used == 0)
-        return bad(&k, KEY("expert_used_count"), "must be positive when expert_count is");
-    if (moe_arch && hp->n_expert == 0 && hp->n_layer_dense_lead < hp->n_layer)
-        return bad(&k, KEY("expert_count"), "must be positive: the model has MoE layers");
-    if (hp->n_group > 1) {
-        if (hp->n_expert % hp->n_group != 0)
-            return bad(&k, KEY("expert_group_count"), "does not divide expert_count");
-        if (hp->topk_group < 1 || hp->topk_group > hp->n_group)
-            return bad(&k, KEY("expert_group_used_count"), "must be 1..expert_group_count");
-    }
+    const model_key_names kn = {gguf_key_name, hp->arch_name};
+    rc = model_hparams_check(hp, name, &kn, err);
+    if (rc)
+        return rc;
+    char kbuf[160];
+#define KEY(s) (key_name(&k, (s), kbuf, sizeof kbuf), kbuf)
+    /* Modern MLA files also store the latent cache widths in the plain keys. */
+    if (mla && has_kl && key_len != hp->kv_lora_rank + hp->qk_rope)
+        return bad(&k, KEY("attention.key_length"),
+                   "must equal kv_lora_rank + rope.dimension_count in an MLA file");
+    if (mla && has_vl && val_len != hp->kv_lora_rank)
+        return bad(&k, KEY("attention.value_length"), "must equal kv_lora_rank in an MLA file");
     if (gating < 0 || gating > GGUF_GATING_SOFTMAX_WEIGHT)
         return bad(&k, KEY("expert_gating_func"), "unknown value (1 softmax, 2 sigmoid, 3 "
                                                   "softmax_weight)");
-    hp->gating = (gguf_gating)gating;
-    if (hp->gating == GGUF_GATING_NONE && hp->n_expert > 0)
-        hp->gating = (a == GGUF_ARCH_GLM4MOE || a == GGUF_ARCH_GLM_DSA) ? GGUF_GATING_SIGMOID
-                                                                        : GGUF_GATING_SOFTMAX;
-    if (a == GGUF_ARCH_GLM_DSA && (hp->idx_n_head <= 0 || hp->idx_head_dim <= 0))
-        return bad(&k, KEY("attention.indexer.head_count"), "indexer heads and width must be "
-                                                            "positive");
 #undef KEY
+    hp->gating = (gguf_gating)gating;
+    model_hparams_defaults(hp);
 
     /* qwen3moe may leave the expert width out: take it from the tensor. */
     if (hp->n_expert > 0 && hp->n_ff_exp == 0) {
@@ -409,8 +362,6 @@ static int load_hparams(gguf_hparams *hp, const gguf_file *f, const char *name,
     hp->n_ff_shexp = has_shexp_ff ? shexp_ff : hp->n_ff_exp * hp->n_expert_shared;
 
     /* derived flags */
-    hp->rope_pairs = (a == GGUF_ARCH_LLAMA || mla) ? GGUF_ROPE_ADJACENT : GGUF_ROPE_HALF;
-    hp->llama_qk_permuted = a == GGUF_ARCH_LLAMA;
     hp->attn_qkv_bias = find_role_any(a, ts, n, GGUF_ROLE_ATTN_Q_BIAS) != NULL;
     hp->attn_qk_norm = find_role_any(a, ts, n, GGUF_ROLE_ATTN_Q_NORM) != NULL;
     hp->has_exp_probs_b = find_role_any(a, ts, n, GGUF_ROLE_FFN_EXP_PROBS_B) != NULL;
@@ -426,7 +377,90 @@ static int load_hparams(gguf_hparams *hp, const gguf_file *f, const char *name,
                          "%s: missing metadata: %s.vocab_size (and no tokenizer.ggml.tokens or "
                          "token_embd.weight to take it from)",
                          name, hp->arch_name);
+    return GGUF_OK;
+}
 
+/* ---------------- checks shared by GGUF metadata and HF config.json ---------------- */
+
+static int check_fail(const char *name, const model_key_names *kn, const char *suffix,
+                      const char *what, gguf_error *err)
+{
+    char key[160];
+    kn->name(kn->user, suffix, key, sizeof key);
+    return gguf_fail(err, GGUF_E_BAD_VALUE, GGUF_NO_OFFSET, "%s: %s: %s", name, key, what);
+}
+
+int model_hparams_check(gguf_hparams *hp, const char *name, const model_key_names *kn,
+                        gguf_error *err)
+{
+    const bool mla = arch_is_mla(hp->arch), moe_arch = arch_is_moe(hp->arch);
+#define BAD(suffix, what) return check_fail(name, kn, (suffix), (what), err)
+    if (hp->n_layer <= 0 || hp->n_layer > CAP_LAYERS)
+        BAD("block_count", "must be 1..4096");
+    if (hp->n_embd <= 0)
+        BAD("embedding_length", "must be positive");
+    if (hp->n_head <= 0)
+        BAD("attention.head_count", "must be positive");
+    if (hp->n_head_kv <= 0)
+        BAD("attention.head_count_kv", "must be positive");
+    if (!mla && hp->n_head % hp->n_head_kv != 0) {
+        char kh[160], msg[320];
+        kn->name(kn->user, "attention.head_count", kh, sizeof kh);
+        snprintf(msg, sizeof msg, "%lld does not divide %s %lld", (long long)hp->n_head_kv, kh,
+                 (long long)hp->n_head);
+        BAD("attention.head_count_kv", msg);
+    }
+    if (!(hp->rms_eps > 0.0 && hp->rms_eps < 1.0))
+        BAD("attention.layer_norm_rms_epsilon", "must be in (0, 1)");
+    if (hp->n_nextn >= hp->n_layer)
+        BAD("nextn_predict_layers", "must be less than block_count");
+    hp->n_layer_main = hp->n_layer - hp->n_nextn;
+    if (hp->n_layer_dense_lead > hp->n_layer)
+        BAD("leading_dense_block_count", "exceeds block_count");
+    if (hp->n_embd_head_k <= 0 || hp->n_embd_head_v <= 0)
+        BAD(mla ? "attention.key_length_mla" : "attention.key_length",
+            "head width must be positive");
+    if (hp->n_rot < 0 || hp->n_rot > hp->n_embd_head_k || hp->n_rot % 2 != 0)
+        BAD("rope.dimension_count", "must be even and at most the head width");
+    if (hp->arch == GGUF_ARCH_LLAMA && hp->n_rot != hp->n_embd_head_k)
+        BAD("rope.dimension_count", "llama rotates the whole head: must equal the head width");
+    if (mla) {
+        if (hp->qk_nope < 1)
+            BAD("attention.key_length_mla",
+                "must exceed rope.dimension_count (qk_nope = key_length_mla - qk_rope)");
+        if (hp->kv_lora_rank <= 0)
+            BAD("attention.kv_lora_rank", "must be positive");
+    }
+    if (hp->n_expert > CAP_EXPERTS)
+        BAD("expert_count", "over the cap of 65536");
+    if (hp->n_expert_used > hp->n_expert)
+        BAD("expert_used_count", "exceeds expert_count");
+    if (hp->n_expert > 0 && hp->n_expert_used == 0)
+        BAD("expert_used_count", "must be positive when expert_count is");
+    if (moe_arch && hp->n_expert == 0 && hp->n_layer_dense_lead < hp->n_layer)
+        BAD("expert_count", "must be positive: the model has MoE layers");
+    if (hp->n_group > 1) {
+        if (hp->n_expert % hp->n_group != 0)
+            BAD("expert_group_count", "does not divide expert_count");
+        if (hp->topk_group < 1 || hp->topk_group > hp->n_group)
+            BAD("expert_group_used_count", "must be 1..expert_group_count");
+    }
+    if (hp->arch == GGUF_ARCH_GLM_DSA && (hp->idx_n_head <= 0 || hp->idx_head_dim <= 0))
+        BAD("attention.indexer.head_count", "indexer heads and width must be positive");
+#undef BAD
+    return GGUF_OK;
+}
+
+void model_hparams_defaults(gguf_hparams *hp)
+{
+    const gguf_arch a = hp->arch;
+    const bool mla = arch_is_mla(a);
+    hp->is_mla = mla;
+    if (hp->gating == GGUF_GATING_NONE && hp->n_expert > 0)
+        hp->gating = (a == GGUF_ARCH_GLM4MOE || a == GGUF_ARCH_GLM_DSA) ? GGUF_GATING_SIGMOID
+                                                                        : GGUF_GATING_SOFTMAX;
+    hp->rope_pairs = (a == GGUF_ARCH_LLAMA || mla) ? GGUF_ROPE_ADJACENT : GGUF_ROPE_HALF;
+    hp->llama_qk_permuted = a == GGUF_ARCH_LLAMA;
     hp->yarn_mscale = 1.0;
     if (hp->rope_scaling == GGUF_ROPE_SCALING_YARN && hp->yarn_log_mul > 0.0 &&
         hp->rope_factor > 1.0)
@@ -436,12 +470,11 @@ static int load_hparams(gguf_hparams *hp, const gguf_file *f, const char *name,
     hp->attn_scale = 1.0 / sqrt((double)hp->n_embd_head_k);
     if (mla)
         hp->attn_scale *= hp->yarn_mscale * hp->yarn_mscale;
-    return GGUF_OK;
 }
 
 /* ---------------- roles expected per layer ---------------- */
 
-static gguf_layer_kind layer_kind(const gguf_hparams *hp, int64_t il)
+gguf_layer_kind model_layer_kind(const gguf_hparams *hp, int64_t il)
 {
     if (il >= hp->n_layer_main)
         return GGUF_LAYER_NEXTN;
@@ -451,7 +484,7 @@ static gguf_layer_kind layer_kind(const gguf_hparams *hp, int64_t il)
 }
 
 /* 1 required, 2 optional, 0 not part of the layer. */
-static int role_expected(const gguf_hparams *hp, int64_t il, gguf_role r)
+int model_role_expected(const gguf_hparams *hp, int64_t il, gguf_role r)
 {
     const gguf_arch a = hp->arch;
     if (r <= GGUF_ROLE_UNKNOWN || r >= GGUF_ROLE_COUNT)
@@ -471,7 +504,7 @@ static int role_expected(const gguf_hparams *hp, int64_t il, gguf_role r)
     }
     if (il >= hp->n_layer || gguf_role_is_global(r))
         return 0;
-    const gguf_layer_kind kind = layer_kind(hp, il);
+    const gguf_layer_kind kind = model_layer_kind(hp, il);
     const bool nextn = kind == GGUF_LAYER_NEXTN;
     const bool ffn_moe = hp->n_expert > 0 && il >= hp->n_layer_dense_lead;
     switch (r) {
@@ -544,10 +577,10 @@ static int role_expected(const gguf_hparams *hp, int64_t il, gguf_role r)
     }
 }
 
-static int expected_shape(const gguf_hparams *hp, int64_t il, gguf_role r, int64_t ne[4],
-                          uint32_t *nd)
+int model_expected_shape(const gguf_hparams *hp, int64_t il, gguf_role r, int64_t ne[4],
+                         uint32_t *nd)
 {
-    if (!role_expected(hp, il, r))
+    if (!model_role_expected(hp, il, r))
         return GGUF_E_NOT_FOUND;
     const int64_t E = hp->n_embd, V = hp->n_vocab, H = hp->n_head, HKV = hp->n_head_kv;
     const int64_t hk = hp->n_embd_head_k, hv = hp->n_embd_head_v;
@@ -688,23 +721,10 @@ static int32_t *slot(const gguf_model *m, int64_t il, gguf_role r)
     return &m->by_role[(il + 1) * GGUF_ROLE_COUNT + r];
 }
 
-static int model_build(gguf_model **out, const gguf_file *meta, const gguf_tensor *const *ts,
-                       int64_t n, const char *name, uint32_t flags, gguf_error *err)
+int model_assemble(gguf_model *m, const gguf_tensor *const *ts, int64_t n, uint32_t flags,
+                   gguf_error *err)
 {
-    *out = NULL;
-    gguf_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", name);
     int rc = GGUF_OK;
-    m->meta = meta;
-    m->name = strdup(name ? name : "model");
-    if (!m->name) {
-        rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", name);
-        goto done;
-    }
-    rc = load_hparams(&m->hp, meta, m->name, ts, n, err);
-    if (rc)
-        goto done;
     const gguf_hparams *hp = &m->hp;
 
     m->n = n;
@@ -763,7 +783,7 @@ static int model_build(gguf_model **out, const gguf_file *meta, const gguf_tenso
     missing[0] = '\0';
     for (int64_t il = -1; il < hp->n_layer; il++) {
         for (int r = 1; r < GGUF_ROLE_COUNT; r++) {
-            int want = role_expected(hp, il, (gguf_role)r);
+            int want = model_role_expected(hp, il, (gguf_role)r);
             if (!want)
                 continue;
             int32_t ix = *slot(m, il, (gguf_role)r);
@@ -781,7 +801,7 @@ static int model_build(gguf_model **out, const gguf_file *meta, const gguf_tenso
             const gguf_tensor *t = m->mt[ix - 1].t;
             int64_t ne[4];
             uint32_t nd;
-            if (expected_shape(hp, il, (gguf_role)r, ne, &nd) != 0)
+            if (model_expected_shape(hp, il, (gguf_role)r, ne, &nd) != 0)
                 continue;
             bool same = true;
             for (int d = 0; d < 4; d++)
@@ -808,6 +828,25 @@ static int model_build(gguf_model **out, const gguf_file *meta, const gguf_tenso
         goto done;
     }
 done:
+    return rc;
+}
+
+static int model_build(gguf_model **out, const gguf_file *meta, const gguf_tensor *const *ts,
+                       int64_t n, const char *name, uint32_t flags, gguf_error *err)
+{
+    *out = NULL;
+    gguf_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", name);
+    int rc = GGUF_OK;
+    m->meta = meta;
+    m->name = strdup(name ? name : "model");
+    if (!m->name)
+        rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", name);
+    if (!rc)
+        rc = load_hparams(&m->hp, meta, m->name, ts, n, err);
+    if (!rc)
+        rc = model_assemble(m, ts, n, flags, err);
     if (rc) {
         gguf_model_free(m);
         return rc;
@@ -866,6 +905,7 @@ void gguf_model_free(gguf_model *m)
 {
     if (!m)
         return;
+    model_hf_free(m->hf);
     gguf_name_index_free(&m->ix);
     free(m->by_role);
     free(m->hf_arena);
@@ -919,14 +959,14 @@ const gguf_tensor *gguf_model_get(const gguf_model *m, int64_t layer, gguf_role 
 
 gguf_layer_kind gguf_model_layer_kind(const gguf_model *m, int64_t il)
 {
-    return layer_kind(&m->hp, il);
+    return model_layer_kind(&m->hp, il);
 }
 
 int gguf_model_expected_shape(const gguf_model *m, int64_t il, gguf_role role, int64_t ne[4],
                               uint32_t *n_dims)
 {
     uint32_t nd = 0;
-    int rc = expected_shape(&m->hp, il, role, ne, &nd);
+    int rc = model_expected_shape(&m->hp, il, role, ne, &nd);
     if (rc == 0 && n_dims)
         *n_dims = nd;
     return rc;
@@ -934,5 +974,5 @@ int gguf_model_expected_shape(const gguf_model *m, int64_t il, gguf_role role, i
 
 int gguf_model_role_expected(const gguf_model *m, int64_t il, gguf_role role)
 {
-    return role_expected(&m->hp, il, role);
+    return model_role_expected(&m->hp, il, role);
 }

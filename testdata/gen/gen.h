@@ -239,5 +239,10 @@ int gen_replica_build(gen_plan *p, const char *map_path, const char *arch_overri
 
 /* gguf-gen hf: the HF safetensors checkpoint of a GGUF (gen_st.c). */
 int gen_hf_main(int argc, char **argv);
+/* config.json for `gguf-gen hf` (gen_hfcfg.c): the HF configuration of the
+ * model m describes, quant appended inside the object (",\"quantization_config\":
+ * {...}" or NULL). malloc'd; NULL when out of memory. */
+struct gguf_model;
+char *gen_hf_config(const struct gguf_model *m, const char *quant);
 
 #endif

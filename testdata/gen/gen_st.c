@@ -5,7 +5,8 @@
  * weights under their HF names and layouts (llama's Q/K rows un-permuted,
  * stacked experts one tensor per expert, MLA's attn_k_b + attn_v_b joined
  * into kv_b_proj), as safetensors files with model.safetensors.index.json,
- * and config.json (+ hf_quant_config.json for NVFP4). Projection weights
+ * and config.json (the architecture's HF configuration, gen_hfcfg.c; +
+ * hf_quant_config.json for NVFP4). Projection weights
  * ("*_proj.weight", experts included) are stored as
  *   bf16   BF16 (round to nearest even);
  *   fp8    DeepSeek-V3's block-scaled FP8: F8_E4M3 with weight_scale_inv F32
@@ -420,7 +421,7 @@ int gen_hf_main(int argc, char **argv)
     hf_list l = {0};
     blob *bs = NULL;
     size_t nb = 0;
-    char *idx = NULL;
+    char *idx = NULL, *cfg = NULL;
     int ret = CLI_EXIT_OK, rc;
     if ((rc = gguf_set_open(&set, in, NULL, &err)) != 0 ||
         (rc = gguf_model_open(&m, set, &err)) != 0 || (rc = build(m, &l, &err)) != 0) {
@@ -478,19 +479,18 @@ int gen_hf_main(int argc, char **argv)
         from = to;
     }
     snprintf(idx + len, cap - len, "}}\n");
-    const gguf_hparams *hp = gguf_model_hparams(m);
-    char cfg[1024];
     const char *q = fmt == FMT_FP8 ? ",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":"
                                      "\"e4m3\",\"activation_scheme\":\"dynamic\","
                                      "\"weight_block_size\":[128,128]}"
                     : fmt == FMT_NVFP4 ? ",\"quantization_config\":{\"quant_method\":\"modelopt\","
                                          "\"quant_algo\":\"NVFP4\"}"
                                        : "";
-    snprintf(cfg, sizeof cfg,
-             "{\"model_type\":\"%s\",\"hidden_size\":%lld,\"num_hidden_layers\":%lld,"
-             "\"num_attention_heads\":%lld,\"vocab_size\":%lld%s}\n",
-             hp->arch_name, (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
-             (long long)hp->n_vocab, q);
+    cfg = gen_hf_config(m, q);
+    if (!cfg) {
+        cli_errorf(hf_spec.tool, "out of memory");
+        ret = CLI_EXIT_ENV;
+        goto done;
+    }
     if ((rc = write_text(dir, "model.safetensors.index.json", idx, &err)) != 0 ||
         (rc = write_text(dir, "config.json", cfg, &err)) != 0 ||
         (fmt == FMT_NVFP4 &&
@@ -514,6 +514,7 @@ done:
         free(bs[i].bytes);
     free(bs);
     free(idx);
+    free(cfg);
     gguf_model_free(m);
     gguf_set_close(set);
     return ret;

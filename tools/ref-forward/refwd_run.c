@@ -1,7 +1,8 @@
 /* ref-forward run: the options, and what to print. The work is the
  * library's: gguf_fwd_generate (gguf/forward.h), the recorder (gguf/run.h),
- * shard plans and faults (gguf/shard.h), .npy (gguf/npy.h); comparing and
- * reporting records is refwd_compare.c's, GPU ranks refwd_gputp.c's. */
+ * shard plans and faults (gguf/shard.h), .npy (gguf/npy.h), models over HF
+ * checkpoints (gguf_model_open_hf, gguf/model.h); comparing and reporting
+ * records is refwd_compare.c's, GPU ranks refwd_gputp.c's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "cli.h"
 #include "gguf/forward.h"
+#include "gguf/hash.h"
 #include "gguf/model.h"
 #include "gguf/npy.h"
 #include "gguf/run.h"
@@ -44,12 +46,16 @@ enum {
     OPT_PROMPT,
     OPT_HOST_REGISTER,
     OPT_GPU_MEM,
+    OPT_VOCAB,
+    OPT_ANY_MODEL,
 };
 
 static const cli_opt options[] = {
     {OPT_TOKENS, "tokens", 1, "IDS", "input token ids, comma-separated (default: BOS)"},
     {OPT_PROMPT, "prompt", 1, "TEXT", "input text, tokenized with the model's SentencePiece "
      "('llama') vocabulary (no BOS unless --bos); excludes --tokens"},
+    {OPT_VOCAB, "vocab", 1, "FILE.gguf", "take the vocabulary (--prompt, BOS/EOS, the text of "
+     "generated ids) from this GGUF, e.g. an HF checkpoint's conversion"},
     {'n', "n-predict", 1, "K", "greedy-decode K tokens after the input (default 0)"},
     {OPT_BOS, "bos", 0, NULL, "prepend the model's BOS token to --tokens or --prompt"},
     {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/ref-forward.md)"},
@@ -79,16 +85,20 @@ static const cli_opt options[] = {
      "catalog (all layers, or one)"},
     {OPT_COMPARE, "compare", 1, "REF.gguf", "compare this run's record with a reference record"},
     {OPT_TOL, "tol", 1, "SPEC", "with --tp/--compare: tolerances over the defaults"},
+    {OPT_ANY_MODEL, "any-model", 0, NULL, "with --compare: records of different models (implied "
+     "for an HF checkpoint, whose digest never equals a GGUF's)"},
     {OPT_HTML, "html", 1, "REPORT.html", "with --tp/--compare: also write the HTML report"},
     {0, NULL, 0, NULL, NULL},
 };
 
 static const cli_spec spec = {
     REF_FORWARD_TOOL,
-    "[run] MODEL.gguf [OPTIONS]\n       ref-forward compare A.gguf B.gguf [OPTIONS]",
+    "[run] MODEL.gguf|CHECKPOINT [OPTIONS]\n       ref-forward compare A.gguf B.gguf [OPTIONS]",
     "Run the reference forward pass of a GGUF model (or split set) on the CPU: f32 compute\n"
     "with f64 accumulation, weights streamed layer by layer from the file. Prints the\n"
-    "greedy continuation of the input, writes logits and activation records.",
+    "greedy continuation of the input, writes logits and activation records. CHECKPOINT is\n"
+    "a Hugging Face folder (config.json + safetensors: BF16/F16/F32, FP8, NVFP4), its\n"
+    "config.json or model.safetensors.index.json: the same forward over its weights.",
     options,
     "  ref-forward stories260K.gguf -n 32\n"
     "  ref-forward model.gguf --tokens 1,17,42 --logits logits.npy\n"
@@ -100,11 +110,17 @@ static const cli_spec spec = {
     "  ref-forward model.gguf --tokens 1,2,3 --tp 8 --ep 8 --inject kv-b-rows@2 --html r.html\n"
     "  ref-forward model.gguf --tokens 1,2,3 --compare golden.gguf.zst\n"
     "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --compare cpu.gguf\n"
-    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --tp 2 --inject kv-b-rows\n",
+    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --tp 2 --inject kv-b-rows\n"
+    "  ref-forward hf-dir/ --tokens 1,2,3 --record hf.gguf\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --compare hf.gguf --any-model\n"
+    "  ref-forward hf-dir/ --prompt \"Once upon\" --vocab model.gguf -n 8\n",
 };
 
 typedef struct run_opts {
-    const char *model, *prompt;
+    const char *model, *prompt, *vocab;
+    bool hf, any_model;            /* model is an HF checkpoint; --any-model */
+    const gguf_file *meta;         /* the vocabulary (model or --vocab), or NULL */
+    char digest[GGUF_DIGEST_HEX];  /* HF: the checkpoint's digest for records */
     int32_t *tokens;
     int64_t n_tokens;
     int64_t n_predict;
@@ -156,9 +172,11 @@ static void tmp_cleanup(const char *path)
     }
 }
 
-/* Text of generated ids (malloc'd). */
+/* Text of generated ids (malloc'd); "" without a vocabulary. */
 static char *detok(const gguf_file *meta, const int32_t *ids, int64_t n)
 {
+    if (!meta)
+        n = 0;
     size_t cap = (size_t)(n + 1) * 64 + 1, len = 0;
     char *text = malloc(cap);
     if (!text)
@@ -218,7 +236,7 @@ static int print_both_sides(const run_opts *o, const gguf_set *set, const gguf_m
         gguf_fwd_ctx_free(ctx);
         if (rc)
             return report(rc, &err);
-        char *text = detok(gguf_set_meta(set), g.ids, g.n_ids);
+        char *text = detok(o->meta, g.ids, g.n_ids);
         printf("%s generated:", side ? "tp" : "reference");
         for (int64_t i = 0; i < g.n_ids; i++)
             printf(" %d", g.ids[i]);
@@ -257,7 +275,8 @@ static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
         ret = report(rc, &err);
         goto done;
     }
-    refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json};
+    refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json,
+                             .flags = o->any_model ? GGUF_CMP_ANY_MODEL : 0};
     fflush(stdout);
     ret = refwd_compare_files(o->compare ? o->compare : ref, test, &ca, stdout);
     if (o->n_predict > 0 && ret <= CLI_EXIT_DIFF) {
@@ -321,7 +340,10 @@ static void print_text(const run_opts *o, const gguf_model *m, const gguf_fwd_ct
         printf("generated:");
         for (int64_t i = 0; i < g->n_ids; i++)
             printf(" %d", g->ids[i]);
-        printf("\ntext: %s\n", text);
+        if (o->meta)
+            printf("\ntext: %s\n", text);
+        else
+            printf("\ntext: (no vocabulary: give --vocab FILE.gguf)\n");
     }
     if (o->stats || cli_verbosity > 1) {
         char b1[32], b2[32];
@@ -358,7 +380,8 @@ static int run_single(run_opts *o, const gguf_set *set, const gguf_model *m)
         rec_path = tmp_rec;
     }
     gguf_run_record_opts ro = {.zstd = o->zstd, .no_sync = rec_path == tmp_rec,
-                               .precision = o->fo.precision, .n_threads = o->fo.n_threads};
+                               .precision = o->fo.precision, .n_threads = o->fo.n_threads,
+                               .model_digest = o->hf ? o->digest : NULL};
     if ((rec_path && (rc = gguf_recorder_create(&rec, ctx, set, o->tokens, o->n_tokens, rec_path,
                                                  &ro, &err))) ||
         (rc = gguf_fwd_generate(ctx, o->tokens, o->n_tokens, o->n_predict, o->eos, true, &g,
@@ -369,7 +392,7 @@ static int run_single(run_opts *o, const gguf_set *set, const gguf_model *m)
         ret = report(rc, &err);
         goto done;
     }
-    text = detok(gguf_set_meta(set), g.ids, g.n_ids);
+    text = detok(o->meta, g.ids, g.n_ids);
     gguf_fwd_stats st;
     gguf_fwd_ctx_stats(ctx, &st);
     if (o->json)
@@ -379,7 +402,8 @@ static int run_single(run_opts *o, const gguf_set *set, const gguf_model *m)
     ret = CLI_EXIT_OK;
     if (o->compare) {
         fflush(stdout);
-        refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json};
+        refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json,
+                                 .flags = o->any_model || o->hf ? GGUF_CMP_ANY_MODEL : 0};
         ret = refwd_compare_files(o->compare, rec_path, &ca, stdout);
     }
 done:
@@ -430,6 +454,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
             break;
         case OPT_BOS: o->bos = true; break;
         case OPT_PROMPT: o->prompt = arg; break;
+        case OPT_VOCAB: o->vocab = arg; break;
+        case OPT_ANY_MODEL: o->any_model = true; break;
         case OPT_JSON: o->json = true; break;
         case OPT_ZSTD: o->zstd = true; break;
         case OPT_STATS: o->stats = true; break;
@@ -519,7 +545,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
 static const char *conflict(const run_opts *o)
 {
     if (!o->model)
-        return "expected a MODEL.gguf argument (see --help)";
+        return "expected a MODEL.gguf or checkpoint argument (see --help)";
     if (o->prompt && o->n_tokens)
         return "--prompt and --tokens exclude each other";
     if (o->zstd && !o->record_path)
@@ -532,6 +558,15 @@ static const char *conflict(const run_opts *o)
         return "--tol needs --tp or --compare";
     if (o->html && !o->tp && !o->compare)
         return "--html needs --tp or --compare";
+    if (o->any_model && !o->compare)
+        return "--any-model needs --compare";
+    if (o->hf && o->tp)
+        return "--tp: shard plans slice GGUF tensors, and an HF checkpoint runs the single-rank "
+               "reference only; run --tp on its GGUF conversion and --compare with the "
+               "checkpoint's record";
+    if (o->hf && o->backend == REFWD_CUDA)
+        return "--backend cuda: an HF checkpoint runs on the CPU reference only (the GPU "
+               "backend streams GGUF tensors); convert it to GGUF for the GPU";
     if (o->tp && (o->logits_path || (o->n_predict && o->json)))
         return "--tp checks the input tokens: --logits (and -n with --json) do not apply";
     if (o->host_register != 2 && o->backend != REFWD_CUDA)
@@ -550,7 +585,13 @@ static const char *conflict(const run_opts *o)
 static int input_tokens(run_opts *o, const gguf_set *set, const gguf_model *m)
 {
     gguf_error err = {0};
-    const gguf_file *meta = gguf_set_meta(set);
+    const gguf_file *meta = o->meta;
+    if (o->prompt && !set) {
+        cli_errorf(spec.tool, "%s: --prompt needs a vocabulary: an HF checkpoint has "
+                   "tokenizer.json, which ref-forward does not read; give --tokens, or --vocab "
+                   "FILE.gguf (a GGUF of the same model, e.g. its conversion)", o->model);
+        return CLI_EXIT_USAGE;
+    }
     if (o->prompt) {
         gguf_tokenizer *tk = NULL;
         int rc = gguf_tokenizer_create(&tk, set, &err);
@@ -561,10 +602,13 @@ static int input_tokens(run_opts *o, const gguf_set *set, const gguf_model *m)
         if (rc)
             return report(rc, &err);
     }
-    const int32_t bos = gguf_fwd_token_bos(meta);
+    int32_t bos = gguf_fwd_token_bos(meta), eos = gguf_fwd_token_eos(meta);
+    if (!meta)
+        gguf_model_hf_tokens(m, &bos, &eos); /* config.json's */
     if (o->n_tokens == 0 || o->bos) {
         if (bos < 0) {
-            cli_errorf(spec.tool, "%s: no tokenizer.ggml.bos_token_id; give --tokens", o->model);
+            cli_errorf(spec.tool, "%s: no %s; give --tokens", o->model,
+                       meta ? "tokenizer.ggml.bos_token_id" : "bos_token_id in config.json");
             return CLI_EXIT_USAGE;
         }
         int32_t *t = malloc((size_t)(o->n_tokens + 1) * sizeof(int32_t));
@@ -584,29 +628,43 @@ static int input_tokens(run_opts *o, const gguf_set *set, const gguf_model *m)
                        o->tokens[i], o->model, (long long)V);
             return CLI_EXIT_USAGE;
         }
-    o->eos = gguf_fwd_token_eos(meta);
+    o->eos = eos;
     return -1;
+}
+
+/* The model: a GGUF (split) set, or an HF checkpoint (set stays NULL);
+ * the vocabulary: --vocab, else the GGUF's own. */
+static int open_model(run_opts *o, gguf_set **set, gguf_set **vocab, gguf_model **m,
+                      gguf_error *err)
+{
+    int rc = o->hf ? gguf_model_open_hf(m, o->model, err) : gguf_set_open(set, o->model, NULL, err);
+    if (!rc && !o->hf)
+        rc = gguf_model_open(m, *set, err);
+    if (!rc && o->vocab)
+        rc = gguf_set_open(vocab, o->vocab, NULL, err);
+    if (!rc)
+        o->meta = *vocab ? gguf_set_meta(*vocab) : *set ? gguf_set_meta(*set) : NULL;
+    return rc;
 }
 
 int refwd_run_main(int argc, char **argv)
 {
     run_opts o = {0};
     o.host_register = 2;
-    gguf_set *set = NULL;
+    gguf_set *set = NULL, *vocab = NULL;
     gguf_model *m = NULL;
     gguf_error err = {0};
     int ret = parse_args(argc, argv, &o);
     if (ret >= 0)
         goto done;
+    o.hf = gguf_model_path_is_hf(o.model);
     const char *why = conflict(&o);
     if (why) {
         cli_errorf(spec.tool, "%s", why);
         ret = CLI_EXIT_USAGE;
         goto done;
     }
-    int rc = gguf_set_open(&set, o.model, NULL, &err);
-    if (!rc)
-        rc = gguf_model_open(&m, set, &err);
+    int rc = open_model(&o, &set, &vocab, &m, &err);
     /* No GPU: say so before any long work (the digest reads the whole model). */
     if (!rc)
         rc = refwd_backend_probe(o.backend, &err);
@@ -614,8 +672,16 @@ int refwd_run_main(int argc, char **argv)
         ret = report(rc, &err);
         goto done;
     }
-    if ((ret = input_tokens(&o, set, m)) >= 0)
+    if ((ret = input_tokens(&o, vocab ? vocab : set, m)) >= 0)
         goto done;
+    if (o.hf && (o.record_path || o.compare)) {
+        gguf_digest dg;
+        if ((rc = gguf_model_hf_digest(m, &dg, &err))) {
+            ret = report(rc, &err);
+            goto done;
+        }
+        gguf_digest_hex(&dg, o.digest);
+    }
     if (o.tp && o.backend == REFWD_CUDA) {
         /* GPU ranks over NCCL against the single-GPU run (f32) */
         refwd_gpu_tp_args ga = {o.model, set, m, o.tokens, o.n_tokens, o.tp, o.ep, o.engine,
@@ -634,6 +700,7 @@ int refwd_run_main(int argc, char **argv)
 done:
     gguf_model_free(m);
     gguf_set_close(set);
+    gguf_set_close(vocab);
     free(o.tokens);
     return ret;
 }

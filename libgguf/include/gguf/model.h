@@ -41,6 +41,8 @@
 
 #include "gguf/error.h"
 #include "gguf/file.h"
+#include "gguf/hash.h"
+#include "gguf/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -300,7 +302,8 @@ int gguf_model_open_parts_flags(gguf_model **out, const gguf_file *meta,
                                 const gguf_tensor *const *tensors, int64_t n_tensors,
                                 const char *name, uint32_t flags, gguf_error *err);
 
-/* The metadata file the model reads (the set's first part, or `meta`). */
+/* The metadata file the model reads (the set's first part, or `meta`); NULL
+ * for a model over an HF checkpoint (gguf_model_open_hf). */
 const gguf_file *gguf_model_meta(const gguf_model *m);
 
 void gguf_model_free(gguf_model *m);
@@ -402,6 +405,102 @@ void gguf_mla_kv_b_join(const float *k_b, const float *v_b, int64_t n_head, int6
                         int64_t nope, int64_t v_head, float *kv_b);
 /* The inverse: the GGUF row holding an HF row. */
 int64_t gguf_llama_qk_row_from_hf(int64_t hf_row, int64_t head_dim);
+
+/* ---- models over a Hugging Face checkpoint ----
+ *
+ * The same model from config.json and the safetensors files, each weight
+ * presented as the tensor a GGUF conversion would hold: the same names
+ * ("blk.3.attn_q.weight"), roles, shapes (ggml ne order) and checks, so that
+ * every consumer of a gguf_model (the forward pass) runs it unchanged. What
+ * differs from a conversion, and how it is handled:
+ *   - hyper-parameters come from config.json (gguf_hparams_from_hf_config);
+ *   - llama's q_proj/k_proj rows are in HF order: rows read through
+ *     gguf_model_tensor_rows come permuted as the converter permutes them
+ *     (gguf_llama_qk_row_to_hf), so adjacent-pair RoPE applies as for GGUF;
+ *   - MLA's kv_b_proj is one tensor: the model has the legacy ATTN_KV_B role
+ *     (hparams.mla_kv_b_split false), which the forward splits;
+ *   - experts are one tensor per expert: FFN_*_EXPS rows are read from
+ *     experts.E.*_proj (row r of the stack: expert r / rows_per_expert);
+ *   - tie_word_embeddings: no OUTPUT tensor (lm_head ignored when present);
+ *   - e_score_correction_bias is FFN_EXP_PROBS_B;
+ *   - llama3 RoPE: ROPE_FREQS is computed from rope_scaling (it has data);
+ *   - NextN/MTP layers are not part of the model (n_nextn 0);
+ *   - a stored tensor no role takes is an error (nothing is dropped silently).
+ * Tensor infos of such a model have type F32 and data NULL (ROPE_FREQS
+ * aside); gguf_model_meta() is NULL. Weights are read by rows, dequantized by
+ * the safetensors module (BF16/F16/F32, FP8 block-scaled, NVFP4, ...).
+ */
+
+/*
+ * Hyper-parameters from the text of a config.json (len bytes; name in
+ * messages). Flags that depend on the tensors (attn_qkv_bias, attn_qk_norm,
+ * has_exp_probs_b) are left false; tied_embeddings is tie_word_embeddings.
+ * @return 0;
+ *   GGUF_E_BAD_VALUE   not a JSON object, malformed JSON (offset: where), a
+ *                      value out of range or inconsistent (named by its key);
+ *   GGUF_E_BAD_UTF8    invalid UTF-8;
+ *   GGUF_E_LIMIT       nested deeper than GGUF_ST_MAX_DEPTH;
+ *   GGUF_E_NOT_FOUND   required keys missing (all listed);
+ *   GGUF_E_WRONG_TYPE  a key of the wrong JSON type;
+ *   GGUF_E_UNSUPPORTED an architecture, activation, RoPE type or layout the
+ *                      forward cannot compute (named);
+ *   GGUF_E_INVALID     NULL arguments.
+ */
+int gguf_hparams_from_hf_config(gguf_hparams *out, const char *json, size_t len,
+                                const char *name, gguf_error *err);
+
+/* True when path names a checkpoint rather than a GGUF: a folder, a .json
+ * (config.json or model.safetensors.index.json) or a .safetensors file. */
+bool gguf_model_path_is_hf(const char *path);
+
+/*
+ * Open the checkpoint at path (a folder with config.json; its config.json;
+ * its model.safetensors.index.json; or one .safetensors file beside a
+ * config.json) and build its model. The model owns the checkpoint.
+ * @return 0; the codes of gguf_st_set_open and gguf_hparams_from_hf_config;
+ *   GGUF_E_NOT_FOUND   tensors the forward needs are missing (HF names
+ *                      listed), lm_head without tie_word_embeddings;
+ *   GGUF_E_BAD_SHAPE   a weight's shape disagrees with config.json (named,
+ *                      with its file and offset);
+ *   GGUF_E_UNSUPPORTED a quantization the safetensors module does not read,
+ *                      a stored tensor no role takes;
+ *   GGUF_E_NOMEM.
+ */
+int gguf_model_open_hf(gguf_model **out, const char *path, gguf_error *err);
+
+/* The checkpoint of a model from gguf_model_open_hf (borrowed), else NULL. */
+const gguf_st_set *gguf_model_checkpoint(const gguf_model *m);
+
+/* config.json's bos_token_id / eos_token_id (the first of a list); -1 when
+ * absent or for a GGUF model (whose ids are in its tokenizer metadata). */
+void gguf_model_hf_tokens(const gguf_model *m, int32_t *bos, int32_t *eos);
+
+enum {
+    /* gguf_model_tensor_rows: drop the mapped pages of the rows read (they
+     * are read again on demand), so that memory stays about one chunk. */
+    GGUF_MODEL_ROWS_DROP_PAGES = 1u << 0,
+};
+
+/*
+ * Rows [row0, row0 + n_rows) of tensor mt of a model over a checkpoint, as
+ * float32 in the tensor's GGUF layout (ne[0] floats a row; rows counted over
+ * ne[1..3], experts stacked), into dst. Reads only the bytes of those rows
+ * (and their scales). *bytes_read (may be NULL): stored bytes read.
+ * @return 0; GGUF_E_INVALID (a GGUF model, or a tensor not of m; rows outside);
+ *         the codes of gguf_st_weight_rows.
+ */
+int gguf_model_tensor_rows(const gguf_model *m, const gguf_model_tensor *mt, int64_t row0,
+                           int64_t n_rows, float *dst, uint32_t flags, uint64_t *bytes_read,
+                           gguf_error *err);
+
+/*
+ * The checkpoint's digest (what records carry as record.model_digest): XXH3-128
+ * over every stored tensor in name order of its name, a NUL, its dtype (u32
+ * LE, gguf_st_dtype), n_dims (u32 LE), shape (i64 LE each) and the XXH3-128
+ * of its bytes (16 bytes, high half first). Never equal to a GGUF's digest.
+ * @return 0; GGUF_E_INVALID (a GGUF model); GGUF_E_NOMEM.
+ */
+int gguf_model_hf_digest(const gguf_model *m, gguf_digest *out, gguf_error *err);
 
 #ifdef __cplusplus
 }
