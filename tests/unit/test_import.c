@@ -18,6 +18,7 @@
 #include "gguf/npy.h"
 #include "gguf/record.h"
 #include "helper_buf.h"
+#include "helper_corpus.h"
 
 static gguf_import_map *parse_ok(const char *text)
 {
@@ -82,41 +83,18 @@ START_TEST(layouts)
 END_TEST
 
 /* The committed corpus: GGUF_E_<CODE>--what.map fails with CODE; ok--* parses. */
+static int corpus_one(const char *path, const char *name, gguf_error *err)
+{
+    (void)name;
+    gguf_import_map *m = NULL;
+    const int rc = gguf_import_map_load(&m, path, err);
+    gguf_import_map_free(m);
+    return rc;
+}
+
 START_TEST(corpus_named_errors)
 {
-    const char *src = getenv("GGUFKIT_SRC");
-    ck_assert_msg(src != NULL, "GGUFKIT_SRC is not set");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/import_map", src);
-    DIR *dd = opendir(dir);
-    ck_assert_ptr_nonnull(dd);
-    int checked = 0;
-    struct dirent *e;
-    while ((e = readdir(dd))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        gguf_import_map *m = NULL;
-        gguf_error err;
-        const int rc = gguf_import_map_load(&m, path, &err);
-        if (!strncmp(e->d_name, "ok--", 4)) {
-            ck_assert_msg(rc == 0, "%s: %s", e->d_name, err.message);
-        } else {
-            const char *sep = strstr(e->d_name, "--");
-            ck_assert_ptr_nonnull(sep);
-            char want[64];
-            snprintf(want, sizeof want, "%.*s", (int)(sep - e->d_name), e->d_name);
-            ck_assert_msg(!strcmp(gguf_status_name(rc), want), "%s: got %s: %s", e->d_name,
-                          gguf_status_name(rc), err.message);
-            ck_assert_msg(strstr(err.message, e->d_name) != NULL, "%s: no file in: %s",
-                          e->d_name, err.message);
-        }
-        gguf_import_map_free(m);
-        checked++;
-    }
-    closedir(dd);
-    ck_assert_int_ge(checked, 35);
+    th_corpus_replay("import_map", corpus_one, 35);
 }
 END_TEST
 

@@ -21,6 +21,7 @@
 #include "gguf/model.h"
 #include "gguf/shard.h"
 #include "helper_buf.h"
+#include "helper_corpus.h"
 
 /* ------------------------------------------------------------ config.json */
 
@@ -48,36 +49,16 @@ static int parse_corpus(const char *name, gguf_hparams *hp, gguf_error *err)
     return rc;
 }
 
+static int corpus_one(const char *path, const char *name, gguf_error *err)
+{
+    (void)path;
+    gguf_hparams hp;
+    return parse_corpus(name, &hp, err);
+}
+
 START_TEST(corpus_named_errors)
 {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/hf_config", getenv("GGUFKIT_SRC"));
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int checked = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        gguf_hparams hp;
-        gguf_error err;
-        const int rc = parse_corpus(e->d_name, &hp, &err);
-        if (!strncmp(e->d_name, "ok--", 4)) {
-            ck_assert_msg(rc == 0, "%s: %s", e->d_name, err.message);
-        } else {
-            const char *sep = strstr(e->d_name, "--");
-            ck_assert_ptr_nonnull(sep);
-            char want[64];
-            snprintf(want, sizeof want, "%.*s", (int)(sep - e->d_name), e->d_name);
-            ck_assert_msg(!strcmp(gguf_status_name(rc), want), "%s: got %s: %s", e->d_name,
-                          gguf_status_name(rc), err.message);
-            ck_assert_msg(strstr(err.message, e->d_name) != NULL, "%s: no file in: %s",
-                          e->d_name, err.message);
-        }
-        checked++;
-    }
-    closedir(d);
-    ck_assert_int_ge(checked, 40);
+    th_corpus_replay("hf_config", corpus_one, 40);
 }
 END_TEST
 

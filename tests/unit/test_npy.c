@@ -15,6 +15,7 @@
 #include "gguf/dequant.h"
 #include "gguf/npy.h"
 #include "helper_buf.h"
+#include "helper_corpus.h"
 
 /* A version-1.0 file with this header dict (padded like numpy) and n data bytes. */
 static void npy_build(tbuf *b, const char *dict, size_t n_data)
@@ -191,42 +192,19 @@ START_TEST(grammar)
 END_TEST
 
 /* The committed corpus: ok--* (written by numpy) opens, GGUF_E_<CODE>--* fails with CODE. */
+static int corpus_one(const char *path, const char *name, gguf_error *err)
+{
+    (void)name;
+    const gguf_npy_opts o = {.v2_as_bf16 = true};
+    gguf_npy *a = NULL;
+    const int rc = gguf_npy_open(&a, path, &o, err);
+    gguf_npy_close(a);
+    return rc;
+}
+
 START_TEST(corpus_named_errors)
 {
-    const char *src = getenv("GGUFKIT_SRC");
-    ck_assert_msg(src != NULL, "GGUFKIT_SRC is not set");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/npy", src);
-    DIR *dd = opendir(dir);
-    ck_assert_ptr_nonnull(dd);
-    int checked = 0;
-    struct dirent *e;
-    const gguf_npy_opts o = {.v2_as_bf16 = true};
-    while ((e = readdir(dd))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        gguf_npy *a = NULL;
-        gguf_error err;
-        const int rc = gguf_npy_open(&a, path, &o, &err);
-        if (!strncmp(e->d_name, "ok--", 4)) {
-            ck_assert_msg(rc == 0, "%s: %s", e->d_name, err.message);
-        } else {
-            const char *sep = strstr(e->d_name, "--");
-            ck_assert_ptr_nonnull(sep);
-            char want[64];
-            snprintf(want, sizeof want, "%.*s", (int)(sep - e->d_name), e->d_name);
-            ck_assert_msg(!strcmp(gguf_status_name(rc), want), "%s: got %s: %s", e->d_name,
-                          gguf_status_name(rc), err.message);
-            ck_assert_msg(strstr(err.message, e->d_name) != NULL, "%s: no file in: %s",
-                          e->d_name, err.message);
-        }
-        gguf_npy_close(a);
-        checked++;
-    }
-    closedir(dd);
-    ck_assert_int_ge(checked, 35);
+    th_corpus_replay("npy", corpus_one, 35);
 }
 END_TEST
 

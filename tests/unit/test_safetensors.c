@@ -14,6 +14,7 @@
 
 #include "gguf/safetensors.h"
 #include "helper_buf.h"
+#include "helper_corpus.h"
 
 /* header JSON + data bytes -> a safetensors image */
 static void st_build(tbuf *b, const char *json, const void *data, size_t n)
@@ -643,41 +644,18 @@ START_TEST(quant_configs)
 END_TEST
 
 /* The committed corpus: GGUF_E_<CODE>--what.safetensors fails with CODE; ok--* opens. */
+static int corpus_one(const char *path, const char *name, gguf_error *err)
+{
+    (void)name;
+    gguf_st_file *f = NULL;
+    const int rc = gguf_st_file_open(&f, path, err);
+    gguf_st_file_close(f);
+    return rc;
+}
+
 START_TEST(corpus_named_errors)
 {
-    const char *src = getenv("GGUFKIT_SRC");
-    ck_assert_msg(src != NULL, "GGUFKIT_SRC is not set");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/safetensors", src);
-    DIR *dd = opendir(dir);
-    ck_assert_ptr_nonnull(dd);
-    int checked = 0;
-    struct dirent *e;
-    while ((e = readdir(dd))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        gguf_st_file *f = NULL;
-        gguf_error err;
-        const int rc = gguf_st_file_open(&f, path, &err);
-        if (!strncmp(e->d_name, "ok--", 4)) {
-            ck_assert_msg(rc == 0, "%s: %s", e->d_name, err.message);
-        } else {
-            const char *sep = strstr(e->d_name, "--");
-            ck_assert_ptr_nonnull(sep);
-            char want[64];
-            snprintf(want, sizeof want, "%.*s", (int)(sep - e->d_name), e->d_name);
-            ck_assert_msg(!strcmp(gguf_status_name(rc), want), "%s: got %s: %s", e->d_name,
-                          gguf_status_name(rc), err.message);
-            ck_assert_msg(strstr(err.message, e->d_name) != NULL, "%s: no file in: %s",
-                          e->d_name, err.message);
-        }
-        gguf_st_file_close(f);
-        checked++;
-    }
-    closedir(dd);
-    ck_assert_int_ge(checked, 20);
+    th_corpus_replay("safetensors", corpus_one, 20);
 }
 END_TEST
 
