@@ -14,9 +14,10 @@
 #include <unistd.h>
 
 #include "gguf/file.h"
+#include "gguf/forward.h"
 #include "gguf/tokenize.h"
 
-static char vocab_dir[512];
+static char vocab_dir[512], stories_path[768];
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -136,15 +137,74 @@ VOCAB_TEST(vocab_bert_bge, "bert-bge", GGUF_TOK_WPM, false)
 VOCAB_TEST(vocab_phi_3, "phi-3", GGUF_TOK_SPM, true)
 VOCAB_TEST(vocab_llama_spm, "llama-spm", GGUF_TOK_SPM, true)
 
+/* The trained stories260K model (SPM, 512 tokens): the ids greedy decoding
+ * writes for its own text, and pieces that agree with the forward module's
+ * gguf_fwd_token_text (which the forward tool prints with today). */
+START_TEST(stories_round_trip)
+{
+    gguf_set *set;
+    gguf_tokenizer *tok;
+    gguf_error err;
+    int32_t *ids;
+    int64_t n;
+    ck_assert_int_eq(gguf_set_open(&set, stories_path, NULL, &err), 0);
+    ck_assert_msg(gguf_tokenizer_create(&tok, set, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(gguf_tokenizer_n_vocab(tok), 512);
+    ck_assert(gguf_tokenizer_add_bos(tok));
+    const char *text = "Once upon a time";
+    ck_assert_int_eq(gguf_tokenize(tok, text, strlen(text), true, &ids, &n, &err), 0);
+    const int32_t want[] = {1, 403, 407, 261, 378};
+    ck_assert_int_eq(n, 5);
+    ck_assert_mem_eq(ids, want, sizeof want);
+    free(ids);
+
+    /* characters the 512-token vocabulary lacks go through byte tokens */
+    const char *odd = "Ein \xC3\x84pfel, 3 \xE2\x82\xAC und \xF0\x9F\x98\x80!\n\tok <s> </s>";
+    ck_assert_int_eq(gguf_tokenize(tok, odd, strlen(odd), false, &ids, &n, &err), 0);
+    ck_assert_int_gt(n, 10);
+    char back[512], *s;
+    size_t at = 0, sl;
+    for (int64_t i = 0; i < n; i++) {
+        char piece[64];
+        const char *p;
+        size_t pl;
+        const int l = gguf_fwd_token_text(gguf_set_meta(set), ids[i], piece, sizeof piece);
+        ck_assert_int_ge(l, 0);
+        ck_assert_int_eq(gguf_token_piece(tok, ids[i], false, &p, &pl), 0);
+        ck_assert_uint_eq(pl, (size_t)l);
+        ck_assert_mem_eq(p, piece, pl);
+        memcpy(back + at, piece, (size_t)l);
+        at += (size_t)l;
+    }
+    back[at] = 0;
+    ck_assert_int_eq(back[0], ' '); /* the space prefix */
+    ck_assert_int_eq(gguf_detokenize(tok, ids, n, NULL, &s, &sl, &err), 0);
+    ck_assert_str_eq(s, back + 1);  /* dropped again by default */
+    /* "<s>" and "</s>" were parsed as control tokens: hidden in the text */
+    ck_assert_ptr_null(strstr(s, "<s>"));
+    free(s);
+    const gguf_detokenize_opts shown = {.special = true};
+    ck_assert_int_eq(gguf_detokenize(tok, ids, n, &shown, &s, &sl, &err), 0);
+    /* llama.cpp's SPM gives text after a special token a space prefix too */
+    ck_assert_str_eq(s, "Ein \xC3\x84pfel, 3 \xE2\x82\xAC und \xF0\x9F\x98\x80!\n\tok <s>  </s>");
+    free(s);
+    free(ids);
+    gguf_tokenizer_free(tok);
+    gguf_set_close(set);
+}
+END_TEST
+
 int main(void)
 {
     const char *shared = getenv("GGUFKIT_SHARED");
     char probe[768];
     if (shared)
         snprintf(probe, sizeof probe, "%s/vocab/ggml-vocab-gpt-2.gguf.inp", shared);
-    if (!shared || access(probe, R_OK) != 0) {
+    if (shared)
+        snprintf(stories_path, sizeof stories_path, "%s/models/stories260K.gguf", shared);
+    if (!shared || access(probe, R_OK) != 0 || access(stories_path, R_OK) != 0) {
         printf("SKIP: test_tokenize_vocab needs GGUFKIT_SHARED with vocab/ (llama.cpp's "
-               "ggml-vocab-*.gguf and their .inp/.out vectors)\n");
+               "ggml-vocab-*.gguf and their .inp/.out vectors) and models/stories260K.gguf\n");
         return 77;
     }
     snprintf(vocab_dir, sizeof vocab_dir, "%s/vocab", shared);
@@ -161,6 +221,7 @@ int main(void)
     tcase_add_test(tc, vocab_bert_bge);
     tcase_add_test(tc, vocab_phi_3);
     tcase_add_test(tc, vocab_llama_spm);
+    tcase_add_test(tc, stories_round_trip);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
