@@ -38,7 +38,7 @@ static int utf8_seq(const unsigned char *p, uint64_t n)
  * Strings are written as UTF-8; invalid sequences become U+FFFD so the JSON stays valid.
  * Runs of bytes that need no escape go out in one fwrite: vocabularies have 150k strings.
  */
-static void json_utf8(FILE *out, const char *s, uint64_t n)
+void inspect_json_utf8(FILE *out, const char *s, uint64_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
     putc_unlocked('"', out);
@@ -120,7 +120,7 @@ static void json_scalar(FILE *out, const gguf_value *v)
         break;
     }
     case GGUF_VALUE_BOOL: fputs_unlocked(v->v.b ? "true" : "false", out); break;
-    case GGUF_VALUE_STRING: json_utf8(out, v->v.str.data, v->v.str.len); break;
+    case GGUF_VALUE_STRING: inspect_json_utf8(out, v->v.str.data, v->v.str.len); break;
     default: fputs_unlocked("null", out);
     }
 }
