@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine (root, CUDA toolkit optional) and build ggufkit.
 #   scripts/setup.sh [BUILD_DIR] [extra cmake args...]
-# Installs only what is missing: Debian packages, then gguf-py/numpy/pytest from PyPI.
+# Installs only what is missing: Debian packages, then gguf-py/numpy/pytest/tokenizers from PyPI.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -21,9 +21,9 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 py=${PYTHON:-python3}
-if ! "$py" -c 'import gguf, numpy, pytest' >/dev/null 2>&1; then
-    echo "setup: installing gguf numpy pytest from PyPI" >&2
-    "$py" -m pip install -q gguf numpy pytest
+if ! "$py" -c 'import gguf, numpy, pytest, tokenizers' >/dev/null 2>&1; then
+    echo "setup: installing gguf numpy pytest tokenizers from PyPI" >&2
+    "$py" -m pip install -q gguf numpy pytest tokenizers
 fi
 
 # nvcc is optional: the CUDA parts build where it exists.
