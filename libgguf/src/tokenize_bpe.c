@@ -236,7 +236,25 @@ typedef struct bigram {
     uint32_t size;
 } bigram;
 
+/* Words seen in this call and their ids: natural text repeats its words, and a
+ * cached word skips the merges. Only short words are kept, and at most
+ * CACHE_MAX of them, so a call's memory stays bounded. */
+#define CACHE_WORD_MAX 48
+#define CACHE_MAX (1u << 16)
+
+typedef struct cache_slot {
+    uint64_t hash; /* 0 = empty */
+    uint32_t word, ids; /* offsets into the arenas */
+    uint16_t wlen, n;
+} cache_slot;
+
 struct tok_bpe_state {
+    cache_slot *slots;
+    uint32_t mask, used;
+    char *words;
+    size_t wn, wcap;
+    int32_t *ids_arena;
+    size_t in, icap;
     /* symbols of the current word */
     int32_t *id, *prev, *next;
     uint32_t *start, *len;
@@ -257,6 +275,9 @@ void tok_bpe_state_free(tok_bpe_state *s)
 {
     if (!s)
         return;
+    free(s->slots);
+    free(s->words);
+    free(s->ids_arena);
     free(s->id);
     free(s->prev);
     free(s->next);
@@ -430,6 +451,109 @@ static int encode_word(const gguf_tokenizer *t, tok_bpe_state *s, const unsigned
     return 0;
 }
 
+static uint64_t word_hash(const unsigned char *w, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ w[i]) * 0x100000001B3ull;
+    return h | 1; /* never 0, the empty mark */
+}
+
+/* The cached ids of word w, or NULL (then *slot is where it would go, or NULL
+ * when the cache takes no more). */
+static const cache_slot *cache_find(tok_bpe_state *s, const unsigned char *w, size_t n,
+                                    uint64_t h, cache_slot **slot)
+{
+    *slot = NULL;
+    if (!s->slots)
+        return NULL;
+    for (uint32_t i = (uint32_t)h & s->mask;; i = (i + 1) & s->mask) {
+        cache_slot *c = &s->slots[i];
+        if (!c->hash) {
+            if (2 * (s->used + 1) <= s->mask + 1)
+                *slot = c;
+            return NULL;
+        }
+        if (c->hash == h && c->wlen == n && !memcmp(s->words + c->word, w, n))
+            return c;
+    }
+}
+
+static int cache_grow(tok_bpe_state *s)
+{
+    const uint32_t cap = s->slots ? 2 * (s->mask + 1) : 1024;
+    if (cap > 2 * CACHE_MAX)
+        return 0; /* full: words are no longer added */
+    cache_slot *t = calloc(cap, sizeof *t);
+    if (!t)
+        return GGUF_E_NOMEM;
+    for (uint32_t i = 0; s->slots && i <= s->mask; i++)
+        if (s->slots[i].hash)
+            for (uint32_t k = (uint32_t)s->slots[i].hash & (cap - 1);; k = (k + 1) & (cap - 1))
+                if (!t[k].hash) {
+                    t[k] = s->slots[i];
+                    break;
+                }
+    free(s->slots);
+    s->slots = t;
+    s->mask = cap - 1;
+    return 0;
+}
+
+static int cache_add(tok_bpe_state *s, cache_slot *slot, uint64_t h, const unsigned char *w,
+                     size_t n, const int32_t *ids, size_t ni)
+{
+    if (ni > UINT16_MAX)
+        return 0;
+    if (s->wn + n > s->wcap) {
+        const size_t cap = s->wcap ? 2 * s->wcap + n : 1 << 16;
+        char *b = realloc(s->words, cap);
+        if (!b)
+            return GGUF_E_NOMEM;
+        s->words = b;
+        s->wcap = cap;
+    }
+    if (s->in + ni > s->icap) {
+        const size_t cap = s->icap ? 2 * s->icap + ni : 1 << 14;
+        int32_t *b = realloc(s->ids_arena, cap * sizeof *b);
+        if (!b)
+            return GGUF_E_NOMEM;
+        s->ids_arena = b;
+        s->icap = cap;
+    }
+    memcpy(s->words + s->wn, w, n);
+    memcpy(s->ids_arena + s->in, ids, ni * sizeof *ids);
+    *slot = (cache_slot){h, (uint32_t)s->wn, (uint32_t)s->in, (uint16_t)n, (uint16_t)ni};
+    s->wn += n;
+    s->in += ni;
+    s->used++;
+    return 0;
+}
+
+/* encode_word through the cache. */
+static int encode_cached(const gguf_tokenizer *t, tok_bpe_state *s, const unsigned char *w,
+                         size_t n, tok_ids *out)
+{
+    if (n > CACHE_WORD_MAX)
+        return encode_word(t, s, w, n, out);
+    int rc;
+    if ((!s->slots || 2 * (s->used + 1) > s->mask + 1) && (rc = cache_grow(s)))
+        return rc;
+    const uint64_t h = word_hash(w, n);
+    cache_slot *slot;
+    const cache_slot *hit = cache_find(s, w, n, h, &slot);
+    if (hit) {
+        for (uint16_t i = 0; i < hit->n; i++)
+            if ((rc = tok_ids_push(out, s->ids_arena[hit->ids + i])))
+                return rc;
+        return 0;
+    }
+    const int64_t start = out->n;
+    if ((rc = encode_word(t, s, w, n, out)))
+        return rc;
+    return slot ? cache_add(s, slot, h, w, n, out->v + start, (size_t)(out->n - start)) : 0;
+}
+
 /* Words come out of a chain of regexes: each regex splits the pieces of the
  * one before it, the last one's pieces are the words. */
 typedef struct word_ctx {
@@ -462,7 +586,7 @@ static int on_piece(void *vctx, size_t off, size_t n)
     if (c->level + 1 < c->t->n_re)
         return split_level(c, c->level + 1, s, n);
     if (c->out)
-        return encode_word(c->t, c->st, (const unsigned char *)s, n, c->out);
+        return encode_cached(c->t, c->st, (const unsigned char *)s, n, c->out);
     if (c->n == c->cap) {
         const size_t cap = c->cap ? 2 * c->cap : 64;
         size_t *o = realloc(c->offs, cap * sizeof *o);
