@@ -30,7 +30,8 @@ static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
             int byte = -1;
             if (l <= avail && tok_utf8_valid(s.data + i, l) == l) {
                 size_t adv;
-                byte = tok_cp_to_byte(tok_utf8_decode((const unsigned char *)s.data + i, &adv));
+                const uint32_t cp = tok_utf8_decode((const unsigned char *)s.data + i, &adv);
+                byte = cp < 256 + 68 ? t->cp_byte[cp] : -1;
             }
             if (byte >= 0) {
                 b[n++] = (char)byte;
@@ -71,6 +72,8 @@ static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
 
 int tok_pieces_setup(gguf_tokenizer *t, gguf_error *err)
 {
+    for (uint32_t cp = 0; cp < 256 + 68; cp++)
+        t->cp_byte[cp] = (int16_t)tok_cp_to_byte(cp);
     uint64_t total = 0;
     for (int64_t i = 0; i < t->n_vocab; i++)
         total += t->strs[i].len;

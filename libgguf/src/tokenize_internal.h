@@ -16,7 +16,6 @@ enum {
     TOK_ATTR_CONTROL = 1u << 3,
     TOK_ATTR_USER_DEFINED = 1u << 4,
     TOK_ATTR_BYTE = 1u << 5,
-    TOK_ATTR_LSTRIP = 1u << 7,
     TOK_ATTR_RSTRIP = 1u << 8,
 };
 
@@ -63,6 +62,7 @@ struct gguf_tokenizer {
     size_t max_token_len;
 
     int32_t bos, eos, unk, sep;
+    int16_t cp_byte[256 + 68]; /* GPT-2 stand-in code point -> byte, -1 */
     bool add_bos, add_eos, add_sep, add_space_prefix;
 
     /* SPM: <0xNN> token of each byte (or the byte itself as a token), -1 */
@@ -186,6 +186,10 @@ typedef struct tok_frag {
 } tok_frag;
 int tok_special_partition(const gguf_tokenizer *t, const char *text, size_t len,
                           bool parse_special, tok_frag **out, size_t *n);
+/* The same with the method forced (tests): 0 chosen by size, 1 one scan per
+ * special token (llama.cpp's way), 2 the text indexed by byte pairs. */
+int tok_special_partition_mode(const gguf_tokenizer *t, const char *text, size_t len,
+                               bool parse_special, int mode, tok_frag **out, size_t *n);
 
 /* ---- pieces (tokenize_detok.c) ---- */
 int tok_pieces_setup(gguf_tokenizer *t, gguf_error *err);

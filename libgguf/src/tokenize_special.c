@@ -169,15 +169,15 @@ static int frag_push(frag_vec *f, size_t off, size_t len, int32_t id)
 
 /*
  * Each special token in turn (longest first) cuts every raw fragment where it
- * occurs, left to right; a token with lstrip/rstrip also drops the ASCII
- * whitespace before/after it.
+ * occurs, left to right; a token with rstrip also drops the ASCII whitespace
+ * after it (llama.cpp's lstrip is only set for values not supported here:
+ * jina-v2, modern-bert). This is the plain form: one scan of the text per
+ * special token.
  */
-int tok_special_partition(const gguf_tokenizer *t, const char *text, size_t len,
+static int partition_scan(const gguf_tokenizer *t, const char *text, size_t len,
                           bool parse_special, tok_frag **out, size_t *n)
 {
     frag_vec cur = {0}, next = {0};
-    *out = NULL;
-    *n = 0;
     if (frag_push(&cur, 0, len, -1))
         return GGUF_E_NOMEM;
     for (int64_t s = 0; s < t->n_special; s++) {
@@ -201,10 +201,7 @@ int tok_special_partition(const gguf_tokenizer *t, const char *text, size_t len,
             const char *m;
             while (pos < end && (m = memmem(text + pos, end - pos, tx.data, tx.len))) {
                 const size_t at = (size_t)(m - text);
-                size_t left = at - pos;
-                if (a & TOK_ATTR_LSTRIP)
-                    while (left > 0 && isspace((unsigned char)text[pos + left - 1]))
-                        left--;
+                const size_t left = at - pos;
                 if ((left && frag_push(&next, pos, left, -1)) || frag_push(&next, 0, 0, id))
                     goto nomem;
                 pos = at + tx.len;
@@ -227,4 +224,153 @@ nomem:
     free(cur.v);
     free(next.v);
     return GGUF_E_NOMEM;
+}
+
+/* Byte states of the indexed form. */
+enum { RAW = 0, CLAIMED = 1, DROPPED = 2 };
+
+typedef struct claim {
+    size_t off, len;
+    int32_t id;
+} claim;
+
+static int by_offset(const void *a, const void *b)
+{
+    const size_t x = ((const claim *)a)->off, y = ((const claim *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * The same result with the text indexed once: positions chained by the two
+ * bytes found there, so each token looks only where its first two bytes are.
+ * A byte is raw until a token claims it or a strip drops it; raw fragments
+ * are the runs of raw bytes, so "inside one fragment" is "every byte raw", and
+ * "left to right, after the previous match" is a walk of the chain in order.
+ */
+static int partition_indexed(const gguf_tokenizer *t, const char *text, size_t len,
+                             bool parse_special, tok_frag **out, size_t *n)
+{
+    const unsigned char *u = (const unsigned char *)text;
+    uint8_t *state = calloc(len, 1);
+    int32_t *head = malloc(65536 * sizeof *head);
+    int32_t *chain = malloc(len * sizeof *chain);
+    claim *cl = NULL;
+    size_t ncl = 0, ccap = 0;
+    frag_vec f = {0};
+    int rc = GGUF_E_NOMEM;
+    if (!state || !head || !chain)
+        goto done;
+    for (size_t i = 0; i < 65536; i++)
+        head[i] = -1;
+    for (size_t i = len - 1; i-- > 0;) { /* build back to front: chains run forward */
+        const uint32_t b = (uint32_t)u[i] << 8 | u[i + 1];
+        chain[i] = head[b];
+        head[b] = (int32_t)i;
+    }
+    for (int64_t s = 0; s < t->n_special; s++) {
+        const int32_t id = t->special[s];
+        const uint16_t a = t->attr[id];
+        if (!parse_special && (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)))
+            continue;
+        const gguf_str tx = t->strs[id];
+        if (tx.len > len)
+            continue;
+        size_t from = 0; /* a match starts after the previous one (and its strip) */
+        int32_t p = -1;
+        const char *m1 = NULL;
+        if (tx.len == 1)
+            m1 = memchr(text, tx.data[0], len);
+        else
+            p = head[(uint32_t)(unsigned char)tx.data[0] << 8 | (unsigned char)tx.data[1]];
+        for (;;) {
+            size_t at;
+            if (tx.len == 1) {
+                if (!m1)
+                    break;
+                at = (size_t)(m1 - text);
+                m1 = at + 1 < len ? memchr(text + at + 1, tx.data[0], len - at - 1) : NULL;
+            } else {
+                if (p < 0)
+                    break;
+                at = (size_t)p;
+                p = chain[p];
+            }
+            if (at < from || at + tx.len > len || memcmp(text + at, tx.data, tx.len))
+                continue;
+            bool raw = true;
+            for (size_t k = 0; k < tx.len && raw; k++)
+                raw = state[at + k] == RAW;
+            if (!raw)
+                continue;
+            if (ncl == ccap) {
+                ccap = ccap ? 2 * ccap : 64;
+                claim *c = realloc(cl, ccap * sizeof *c);
+                if (!c)
+                    goto done;
+                cl = c;
+            }
+            cl[ncl++] = (claim){at, tx.len, id};
+            memset(state + at, CLAIMED, tx.len);
+            size_t end = at + tx.len;
+            if (a & TOK_ATTR_RSTRIP)
+                for (; end < len && state[end] == RAW && isspace(u[end]); end++)
+                    state[end] = DROPPED;
+            from = end;
+        }
+    }
+    qsort(cl, ncl, sizeof *cl, by_offset);
+    size_t c = 0;
+    for (size_t i = 0; i < len;) {
+        if (c < ncl && cl[c].off == i) {
+            if (frag_push(&f, 0, 0, cl[c].id))
+                goto done;
+            i += cl[c++].len;
+            continue;
+        }
+        if (state[i] == DROPPED) {
+            i++;
+            continue;
+        }
+        size_t e = i;
+        while (e < len && state[e] == RAW)
+            e++;
+        if (frag_push(&f, i, e - i, -1))
+            goto done;
+        i = e;
+    }
+    *out = f.v;
+    *n = f.n;
+    f.v = NULL;
+    rc = 0;
+done:
+    free(f.v);
+    free(state);
+    free(head);
+    free(chain);
+    free(cl);
+    return rc;
+}
+
+int tok_special_partition_mode(const gguf_tokenizer *t, const char *text, size_t len,
+                               bool parse_special, int mode, tok_frag **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (mode == 0) {
+        /* Few special tokens: one scan each is cheap. Many (deepseek's 2400,
+         * reserved ranges): index the text, unless it is huge. */
+        int64_t k = 0;
+        for (int64_t s = 0; s < t->n_special && k <= 16; s++)
+            k += parse_special || !(t->attr[t->special[s]] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN));
+        mode = k > 16 && len >= 2 && len <= (256u << 20) ? 2 : 1;
+    }
+    if (mode == 2 && len >= 2)
+        return partition_indexed(t, text, len, parse_special, out, n);
+    return partition_scan(t, text, len, parse_special, out, n);
+}
+
+int tok_special_partition(const gguf_tokenizer *t, const char *text, size_t len,
+                          bool parse_special, tok_frag **out, size_t *n)
+{
+    return tok_special_partition_mode(t, text, len, parse_special, 0, out, n);
 }

@@ -373,9 +373,10 @@ int gguf_tokenizer_create_file(gguf_tokenizer **out, const gguf_file *meta, gguf
     meta_bool(meta, "tokenizer.ggml.add_eos_token", &t->add_eos);
     meta_bool(meta, "tokenizer.ggml.add_sep_token", &t->add_sep);
     if (type == GGUF_TOK_WPM) {
-        /* llama.cpp's WPM adds [CLS] and [SEP] whenever specials are added */
+        /* llama.cpp's WPM adds [CLS] and [SEP] whenever specials are added,
+         * whatever add_bos_token and add_sep_token say */
         t->add_bos = true;
-        t->add_eos = t->add_sep;
+        t->add_eos = true;
     }
 
     if ((rc = tok_special_setup(t, meta, err)))

@@ -9,7 +9,8 @@
  * pieces make longer tokens, and there are control and user-defined tokens.
  * Checks: invalid UTF-8 (by a checker of our own) is GGUF_E_BAD_UTF8 and
  * nothing else fails; BPE always round-trips (special tokens shown); SPM
- * round-trips when no special token splits the text; ids read from the input
+ * round-trips when no special token splits the text; the two ways of finding
+ * special tokens in the text give the same fragments; ids read from the input
  * detokenize without error. Corpus: tests/fuzz/corpus/tokenize.
  */
 #include <stdbool.h>
@@ -21,6 +22,7 @@
 
 #include "gguf/file.h"
 #include "gguf/tokenize.h"
+#include "tokenize_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -368,6 +370,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 __builtin_trap();
         free(back);
         free(ids);
+    }
+
+    /* the indexed partition and llama.cpp's scan per special token agree */
+    if (valid && len) {
+        tok_frag *f1, *f2;
+        size_t n1, n2;
+        if (tok_special_partition_mode(t, text, len, o.parse_special, 1, &f1, &n1) ||
+            tok_special_partition_mode(t, text, len, o.parse_special, 2, &f2, &n2))
+            __builtin_trap();
+        if (n1 != n2)
+            __builtin_trap();
+        for (size_t i = 0; i < n1; i++)
+            if (f1[i].off != f2[i].off || f1[i].len != f2[i].len || f1[i].id != f2[i].id)
+                __builtin_trap();
+        free(f1);
+        free(f2);
     }
 
     /* ids straight from the input: any id of the vocabulary detokenizes */

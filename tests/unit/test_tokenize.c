@@ -489,6 +489,81 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* Fragments field by field (the struct has padding). */
+static bool same_frags(const tok_frag *a, const tok_frag *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i].off != b[i].off || a[i].len != b[i].len || a[i].id != b[i].id)
+            return false;
+    return true;
+}
+
+/* The partition of the text around special tokens: llama.cpp's order (longest
+ * text first, whatever comes first in the text), and the indexed method agrees
+ * with one scan per token. */
+START_TEST(special_partition)
+{
+    /* user-defined tokens: "bcd" before "ab" (longer), 20 more to pass the
+     * indexed method's threshold, overlapping ones among them */
+    const char *toks[256 + 24];
+    int32_t types[256 + 24];
+    char extra[24][8];
+    for (int i = 0; i < 256; i++) {
+        tok_utf8_encode(tok_byte_to_cp((unsigned char)i), byte_tok[i]);
+        toks[i] = byte_tok[i];
+        types[i] = 1;
+    }
+    static const char *const named[] = {"ab", "bcd", "<x>", "<x><y>"};
+    for (int i = 0; i < 24; i++) {
+        if (i < 4)
+            snprintf(extra[i], sizeof extra[i], "%s", named[i]);
+        else
+            snprintf(extra[i], sizeof extra[i], "%c%c", 'k' + i % 8, 'k' + (i + i / 8) % 8);
+        toks[256 + i] = extra[i];
+        types[256 + i] = i == 2 ? 3 : 4; /* "<x>" is a control token */
+    }
+    vb b;
+    memset(&b, 0, sizeof b);
+    vb_str(&b, "tokenizer.ggml.model", "gpt2");
+    vb_str(&b, "tokenizer.ggml.pre", "gpt-2");
+    vb_strs(&b, "tokenizer.ggml.tokens", toks, 256 + 24);
+    vb_i32s(&b, "tokenizer.ggml.token_type", types, 256 + 24);
+    vb_strs(&b, "tokenizer.ggml.merges", (const char *const[]){"a b"}, 1);
+    vocab_file v;
+    vb_open(&b, &v);
+    gguf_tokenizer *t = vf_tok(&v);
+    gguf_tokenize_opts o;
+    gguf_tokenize_opts_init(&o);
+    /* "bcd" is cut out first, so "ab" never sees its "b" */
+    expect_ids(t, "abcd", &o, IDS('a', 257));
+    expect_ids(t, "ab cd", &o, IDS(256, ' ', 'c', 'd'));
+    /* the longer "<x><y>" first; a lone "<x>" is control: text without parse_special */
+    expect_ids(t, "<x><y><x>", &o, IDS(259, 258));
+    o.parse_special = false;
+    expect_ids(t, "<x><y><x>", &o, IDS(259, '<', 'x', '>'));
+
+    /* both methods on random strings over the tokens' letters */
+    unsigned seed = 12345;
+    for (int round = 0; round < 3000; round++) {
+        char text[64];
+        const size_t len = 1 + (seed = seed * 1103515245u + 12345u) % 60;
+        for (size_t i = 0; i < len; i++)
+            text[i] = "abcd<>xy klmnopqr"[(seed = seed * 1103515245u + 12345u) >> 16 & 15];
+        for (int ps = 0; ps < 2; ps++) {
+            tok_frag *f1, *f2;
+            size_t n1, n2;
+            ck_assert_int_eq(tok_special_partition_mode(t, text, len, ps, 1, &f1, &n1), 0);
+            ck_assert_int_eq(tok_special_partition_mode(t, text, len, ps, 2, &f2, &n2), 0);
+            ck_assert_msg(n1 == n2 && same_frags(f1, f2, n1), "'%.*s'", (int)len, text);
+            free(f1);
+            free(f2);
+        }
+    }
+    gguf_tokenizer_free(t);
+    vf_close(&v);
+}
+END_TEST
+
 /* ---- SPM: <unk> <s> </s>, byte tokens, then pieces of "▁hello" with
  * scores that make the whole word win ---- */
 
@@ -735,6 +810,7 @@ int main(void)
     tcase_add_test(tc, bpe_detokenize);
     tcase_add_test(tc, invalid_utf8);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, special_partition);
     tcase_add_test(tc, spm_basics);
     tcase_add_test(tc, wpm_basics);
     tcase_add_test(tc, regex_translation);

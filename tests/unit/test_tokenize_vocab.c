@@ -16,6 +16,7 @@
 #include "gguf/file.h"
 #include "gguf/forward.h"
 #include "gguf/tokenize.h"
+#include "tokenize_internal.h"
 
 static char vocab_dir[512], stories_path[768];
 
@@ -137,6 +138,64 @@ VOCAB_TEST(vocab_bert_bge, "bert-bge", GGUF_TOK_WPM, false)
 VOCAB_TEST(vocab_phi_3, "phi-3", GGUF_TOK_SPM, true)
 VOCAB_TEST(vocab_llama_spm, "llama-spm", GGUF_TOK_SPM, true)
 
+/* Fragments field by field (the struct has padding). */
+static bool same_frags(const tok_frag *a, const tok_frag *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i].off != b[i].off || a[i].len != b[i].len || a[i].id != b[i].id)
+            return false;
+    return true;
+}
+
+/* Real vocabularies with many special tokens (deepseek's 2400 user-defined
+ * ones, mpt's runs of spaces, phi-3's rstrip, starcoder's controls): the
+ * indexed partition gives what llama.cpp's scan per token gives, on texts
+ * made of their special texts, whitespace and letters. */
+START_TEST(partition_methods_agree)
+{
+    static const char *const names[] = {"deepseek-llm", "deepseek-coder", "mpt", "phi-3",
+                                        "starcoder", "falcon"};
+    for (size_t v = 0; v < sizeof names / sizeof *names; v++) {
+        char path[768];
+        snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", vocab_dir, names[v]);
+        gguf_set *set;
+        gguf_tokenizer *t;
+        gguf_error err;
+        ck_assert_int_eq(gguf_set_open(&set, path, NULL, &err), 0);
+        ck_assert_int_eq(gguf_tokenizer_create(&t, set, &err), 0);
+        unsigned seed = 99;
+        for (int round = 0; round < 400; round++) {
+            char text[512];
+            size_t len = 0;
+            while (len < 400) {
+                seed = seed * 1103515245u + 12345u;
+                const unsigned k = seed >> 16;
+                if (k % 3 == 0 && t->n_special) {
+                    const gguf_str s = t->strs[t->special[k % (unsigned)t->n_special]];
+                    if (s.len < 64) {
+                        memcpy(text + len, s.data, s.len);
+                        len += s.len;
+                    }
+                } else {
+                    text[len++] = " \n\tab  x\xC3\xB8"[k % 11];
+                }
+            }
+            for (int ps = 0; ps < 2; ps++) {
+                tok_frag *f1, *f2;
+                size_t n1, n2;
+                ck_assert_int_eq(tok_special_partition_mode(t, text, len, ps, 1, &f1, &n1), 0);
+                ck_assert_int_eq(tok_special_partition_mode(t, text, len, ps, 2, &f2, &n2), 0);
+                ck_assert_msg(n1 == n2 && same_frags(f1, f2, n1), "%s", names[v]);
+                free(f1);
+                free(f2);
+            }
+        }
+        gguf_tokenizer_free(t);
+        gguf_set_close(set);
+    }
+}
+END_TEST
+
 /* The trained stories260K model (SPM, 512 tokens): the ids greedy decoding
  * writes for its own text, and pieces that agree with the forward module's
  * gguf_fwd_token_text (which the forward tool prints with today). */
@@ -222,6 +281,7 @@ int main(void)
     tcase_add_test(tc, vocab_phi_3);
     tcase_add_test(tc, vocab_llama_spm);
     tcase_add_test(tc, stories_round_trip);
+    tcase_add_test(tc, partition_methods_agree);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
