@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark of the tokenizer against HF tokenizers, one thread each, in the same run.
 #   tests/bench/bench_tokenize.sh [BUILD_DIR] [MB]
-# Writes a mixed text of MB megabytes (default 4: prose, code, CJK, emoji, numbers, built
-# from a fixed seed), then for each byte-level BPE vocabulary of ../shared/testdata/vocab
+# Writes a mixed text of MB megabytes (default 4: prose with Zipf word frequencies, code, CJK,
+# emoji, numbers; from a fixed seed), then for each byte-level BPE vocabulary of ../shared/testdata/vocab
 # in VOCABS (default gpt-2 deepseek-llm falcon): our bench_tokenize (best of 5) and HF
 # tokenizers built from the same GGUF's tokens and merges with the same regexes
 # (tests/interop/test_tokenize_hf.py), encode() on the same text (best of 5,
@@ -19,26 +19,35 @@ export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 export GGUFKIT_BUILD=$(cd "$build" && pwd)
 
 python3 - "$work/text.txt" "$mb" <<'PY'
-import random, sys
+# Prose draws words from a lexicon of 50000 pseudo-words (syllables, some capitalised) with
+# Zipf frequencies, as natural text does, so that word caches hit as often as they would on
+# real text; the rest is code, CJK, numbers and emoji.
+import bisect, itertools, random, sys
 rng = random.Random(20261201)
-prose = ("The quick brown fox jumps over the lazy dog. It's 3:45pm and we'll see whether the "
-         "committee's report, published on 2024-05-17, changes anything. Tokenizers split text "
-         "into words, numbers and punctuation before merging bytes into tokens.").split(". ")
+syl = ["ka", "to", "ri", "an", "el", "mo", "su", "ver", "tion", "al", "in", "re", "ex", "str",
+       "pro", "com", "de", "ly", "ing", "ed", "ou", "ph", "qu", "th", "sch", "ne", "ba", "zi"]
+lex = sorted({"".join(rng.choice(syl) for _ in range(rng.randint(1, 4))) for _ in range(60000)})
+rng.shuffle(lex)
+lex = lex[:50000]
+cum = list(itertools.accumulate(1.0 / (r + 1) for r in range(len(lex))))
+def word():
+    w = lex[bisect.bisect(cum, rng.random() * cum[-1])]
+    return w.capitalize() if rng.random() < 0.08 else w
 code = ["def f(x):\n    return x ** 2  # square\n", "for (int i = 0; i < n; ++i) sum += a[i];\n",
         "    if err != nil {\n\t\treturn fmt.Errorf(\"open %s: %w\", path, err)\n\t}\n",
         "SELECT id, name FROM users WHERE age >= 18 ORDER BY name;\n", "x = {'a': 1, 'b': [2, 3]}\n"]
-cjk = ["中文分词是自然语言处理的基础。", "日本語のテキストをトークンに分割します。", "한국어 문장도 처리합니다."]
+cjk = "中文分词是自然语言处理的基础日本語のテキストをトークンに分割します한국어문장도처리합니다"
 emoji = ["🚀", "😀", "🦙", "👍🏽", "✅", "🇫🇷", "😶‍🌫️"]
 out, size = [], 0
 while size < int(sys.argv[2]) * 1_000_000:
     k = rng.random()
-    if k < 0.45:
-        s = rng.choice(prose) + ". "
-    elif k < 0.7:
+    if k < 0.6:
+        s = " ".join(word() for _ in range(rng.randint(4, 18))) + rng.choice([". ", ", ", "; ", "? ", ".\n\n"])
+    elif k < 0.75:
         s = rng.choice(code)
-    elif k < 0.85:
-        s = rng.choice(cjk)
-    elif k < 0.93:
+    elif k < 0.87:
+        s = "".join(rng.choice(cjk) for _ in range(rng.randint(4, 20))) + "。"
+    elif k < 0.95:
         s = " ".join(str(rng.randint(0, 10 ** rng.randint(1, 9))) for _ in range(4)) + " "
     else:
         s = rng.choice(emoji) + " "
