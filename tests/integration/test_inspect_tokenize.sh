@@ -137,13 +137,21 @@ if [ -n "$SHARED" ] && [ -f "$SHARED/vocab/ggml-vocab-gpt-2.gguf" ]; then
     contains "$T/out" '   15043  " Hello"'
     expect 0 "$I" "$V/ggml-vocab-llama-spm.gguf" --detokenize 1,15043,3186
     [ "$(cat "$T/out")" = "<s> Hello world" ] && pass || fail "spm detokenize: $(cat "$T/out")"
+    expect 0 "$I" "$V/ggml-vocab-llama-spm.gguf" --detokenize 1,15043,3186 --no-special
+    [ "$(cat "$T/out")" = " Hello world" ] && pass || fail "spm --no-special: $(cat "$T/out")"
+    expect 0 "$I" "$V/ggml-vocab-gpt-2.gguf" --detokenize "15496 8582" --json
+    contains "$T/out" '"ids":[15496,8582],"text":"Hello\ufffd\ufffd","hex":"48656c6c6ff09f","utf8":false}'
+    expect 2 "$I" "$V/ggml-vocab-gpt-2.gguf" --tokenize $'ok\xff'
+    contains "$T/err" "ggml-vocab-gpt-2.gguf: --tokenize: gguf_tokenize: text: invalid UTF-8 at byte 2 (0xFF)"
     expect 0 "$I" "$V/ggml-vocab-bert-bge.gguf" --tokenize "Héllo, WORLD!"
     contains "$T/out" "6 tokens: 101 7592 1010 2088 999 102"
     expect 0 "$I" "$V/ggml-vocab-deepseek-llm.gguf" --tokenize "x = 1;" --json
     python3 - "$T/out" <<'PY' && pass || fail "deepseek-llm JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["pre"] == "deepseek-llm" and d["add_bos"] is True and d["ids"][0] == 100000, d
+assert d["pre"] == "deepseek-llm" and d["add_bos"] is True
+assert d["ids"] == [100000, 87, 403, 207, 16, 26], d["ids"]
+assert d["tokens"][0]["piece"] == "<｜begin▁of▁sentence｜>" and d["tokens"][0]["type"] == "control"
 PY
 fi
 finish
