@@ -318,7 +318,8 @@ static int partition_indexed(const gguf_tokenizer *t, const char *text, size_t l
             from = end;
         }
     }
-    qsort(cl, ncl, sizeof *cl, by_offset);
+    if (ncl)
+        qsort(cl, ncl, sizeof *cl, by_offset);
     size_t c = 0;
     for (size_t i = 0; i < len;) {
         if (c < ncl && cl[c].off == i) {
