@@ -30,10 +30,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 py=${PYTHON:-python3}
-if [ "$tests" = 1 ] && ! "$py" -c 'import gguf, numpy, pytest, openai, safetensors, ml_dtypes, xxhash' \
+if [ "$tests" = 1 ] && ! "$py" -c 'import gguf, numpy, pytest, openai, safetensors, ml_dtypes, xxhash, tokenizers' \
         >/dev/null 2>&1; then
-    echo "setup: installing gguf numpy pytest openai safetensors ml_dtypes xxhash from PyPI" >&2
-    "$py" -m pip install -q gguf numpy pytest openai safetensors ml_dtypes xxhash
+    echo "setup: installing gguf numpy pytest openai safetensors ml_dtypes xxhash tokenizers from PyPI" >&2
+    "$py" -m pip install -q gguf numpy pytest openai safetensors ml_dtypes xxhash tokenizers
 fi
 
 # nvcc is optional: the CUDA parts build where it exists.

@@ -30,5 +30,18 @@ void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
                         const inspect_digests *d);
 /* One metadata value as JSON (arrays in full). */
 void inspect_json_value(FILE *out, const gguf_value *v);
+/* A JSON string of n bytes; invalid UTF-8 becomes U+FFFD. */
+
+/* --tokenize / --detokenize (inspect_tok.c). */
+typedef struct inspect_tok_opts {
+    const char *tokenize;   /* text, or "-" for standard input */
+    const char *detokenize; /* ids, or "-" */
+    int add_bos, add_eos;   /* GGUF_TOK_AUTO, 0, 1 */
+    bool no_special, json;
+} inspect_tok_opts;
+
+/* Runs one of them on the model; returns the exit code. */
+int inspect_tok_run(const char *tool, const char *path, const gguf_set *s,
+                    const inspect_tok_opts *o);
 
 #endif
