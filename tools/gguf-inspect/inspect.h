@@ -30,7 +30,6 @@ void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
                         const inspect_digests *d);
 /* One metadata value as JSON (arrays in full). */
 void inspect_json_value(FILE *out, const gguf_value *v);
-/* A JSON string of n bytes; invalid UTF-8 becomes U+FFFD. */
 
 /* --tokenize / --detokenize (inspect_tok.c). */
 typedef struct inspect_tok_opts {
