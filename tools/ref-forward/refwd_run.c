@@ -48,16 +48,21 @@ enum {
     OPT_GPU_MEM,
     OPT_VOCAB,
     OPT_ANY_MODEL,
+    OPT_NO_BOS,
+    OPT_NO_SPECIAL,
 };
 
 static const cli_opt options[] = {
     {OPT_TOKENS, "tokens", 1, "IDS", "input token ids, comma-separated (default: BOS)"},
-    {OPT_PROMPT, "prompt", 1, "TEXT", "input text, tokenized with the model's SentencePiece "
-     "('llama') vocabulary (no BOS unless --bos); excludes --tokens"},
+    {OPT_PROMPT, "prompt", 1, "TEXT", "input text, tokenized with the model's vocabulary (SPM, "
+     "byte-level BPE, WPM: docs/tokenize.md): BOS/EOS as its metadata says, special tokens "
+     "written in the text recognised; excludes --tokens"},
     {OPT_VOCAB, "vocab", 1, "FILE.gguf", "take the vocabulary (--prompt, BOS/EOS, the text of "
      "generated ids) from this GGUF, e.g. an HF checkpoint's conversion"},
     {'n', "n-predict", 1, "K", "greedy-decode K tokens after the input (default 0)"},
     {OPT_BOS, "bos", 0, NULL, "prepend the model's BOS token to --tokens or --prompt"},
+    {OPT_NO_BOS, "no-bos", 0, NULL, "--prompt: no BOS, whatever the metadata says"},
+    {OPT_NO_SPECIAL, "no-special", 0, NULL, "--prompt: special tokens in the text are plain text"},
     {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/ref-forward.md)"},
     {OPT_LOGITS, "logits", 1, "OUT.npy", "write float32 [n_tokens, n_vocab] logits of every position"},
     {OPT_RECORD, "record", 1, "OUT.gguf", "write every capture point as an activation record"},
@@ -124,7 +129,7 @@ typedef struct run_opts {
     int32_t *tokens;
     int64_t n_tokens;
     int64_t n_predict;
-    bool bos, json, zstd, stats;
+    bool bos, no_bos, no_special, json, zstd, stats;
     const char *logits_path, *record_path;
     gguf_fwd_opts fo;
     int tp, ep;
@@ -172,26 +177,22 @@ static void tmp_cleanup(const char *path)
     }
 }
 
-/* Text of generated ids (malloc'd); "" without a vocabulary. */
+/* Text of generated ids (malloc'd), special tokens hidden; "" without a
+ * vocabulary. A continuation keeps its leading space. */
 static char *detok(const gguf_file *meta, const int32_t *ids, int64_t n)
 {
-    if (!meta)
-        n = 0;
-    size_t cap = (size_t)(n + 1) * 64 + 1, len = 0;
-    char *text = malloc(cap);
-    if (!text)
-        return NULL;
-    text[0] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        char piece[256];
-        int l = gguf_fwd_token_text(meta, ids[i], piece, sizeof piece);
-        if (l > 0 && len + (size_t)l < cap) {
-            memcpy(text + len, piece, (size_t)l);
-            len += (size_t)l;
-            text[len] = 0;
-        }
+    gguf_tokenizer *tk = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    gguf_error err;
+    const gguf_detokenize_opts d = {.special = false, .keep_prefix = true};
+    if (meta && n > 0 && !gguf_tokenizer_create_file(&tk, meta, &err) &&
+        !gguf_detokenize(tk, ids, n, &d, &text, &len, &err)) {
+        gguf_tokenizer_free(tk);
+        return text;
     }
-    return text;
+    gguf_tokenizer_free(tk);
+    return strdup("");
 }
 
 static int side_ctx(const run_opts *o, const gguf_model *m, const gguf_shard_plan *plan,
@@ -453,6 +454,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
             o->n_predict = (int64_t)v;
             break;
         case OPT_BOS: o->bos = true; break;
+        case OPT_NO_BOS: o->no_bos = true; break;
+        case OPT_NO_SPECIAL: o->no_special = true; break;
         case OPT_PROMPT: o->prompt = arg; break;
         case OPT_VOCAB: o->vocab = arg; break;
         case OPT_ANY_MODEL: o->any_model = true; break;
@@ -548,6 +551,10 @@ static const char *conflict(const run_opts *o)
         return "expected a MODEL.gguf or checkpoint argument (see --help)";
     if (o->prompt && o->n_tokens)
         return "--prompt and --tokens exclude each other";
+    if ((o->no_bos || o->no_special) && !o->prompt)
+        return o->no_bos ? "--no-bos applies to --prompt" : "--no-special applies to --prompt";
+    if (o->bos && o->no_bos)
+        return "--bos and --no-bos exclude each other";
     if (o->zstd && !o->record_path)
         return "--zstd needs --record";
     if (o->ep && !o->tp)
@@ -594,10 +601,14 @@ static int input_tokens(run_opts *o, const gguf_set *set, const gguf_model *m)
     }
     if (o->prompt) {
         gguf_tokenizer *tk = NULL;
+        gguf_tokenize_opts to;
+        gguf_tokenize_opts_init(&to);
+        to.add_bos = o->bos ? 1 : o->no_bos ? 0 : GGUF_TOK_AUTO;
+        to.parse_special = !o->no_special;
         int rc = gguf_tokenizer_create(&tk, set, &err);
         if (!rc)
-            rc = gguf_tokenize(tk, o->prompt, strlen(o->prompt), false, &o->tokens, &o->n_tokens,
-                               &err);
+            rc = gguf_tokenize_text(tk, o->prompt, strlen(o->prompt), &to, &o->tokens,
+                                    &o->n_tokens, &err);
         gguf_tokenizer_free(tk);
         if (rc)
             return report(rc, &err);
@@ -605,7 +616,7 @@ static int input_tokens(run_opts *o, const gguf_set *set, const gguf_model *m)
     int32_t bos = gguf_fwd_token_bos(meta), eos = gguf_fwd_token_eos(meta);
     if (!meta)
         gguf_model_hf_tokens(m, &bos, &eos); /* config.json's */
-    if (o->n_tokens == 0 || o->bos) {
+    if (o->n_tokens == 0 || (o->bos && !o->prompt)) {
         if (bos < 0) {
             cli_errorf(spec.tool, "%s: no %s; give --tokens", o->model,
                        meta ? "tokenizer.ggml.bos_token_id" : "bos_token_id in config.json");
