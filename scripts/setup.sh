@@ -3,8 +3,8 @@
 #   scripts/setup.sh [--tests] [BUILD_DIR] [extra cmake args...]
 # Installs only what is missing: the Debian packages of the build, then, with --tests, what
 # only the test suite needs (clang and its runtime for the fuzzers, chromium for the HTML
-# report's screenshot test, the zstd command of the docs' examples, gguf-py/numpy/pytest from
-# PyPI as oracles).
+# report's screenshot test, the zstd, curl and jq commands of the docs' examples, gguf-py/
+# numpy/pytest from PyPI as oracles).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 tests=0
@@ -17,7 +17,7 @@ shift || true
 
 pkgs=(build-essential cmake pkg-config libzstd-dev libxxhash-dev check libcurl4-openssl-dev
       libjansson-dev libmicrohttpd-dev libpcre2-dev)
-[ "$tests" = 1 ] && pkgs+=(clang libclang-rt-14-dev chromium zstd xfsprogs)
+[ "$tests" = 1 ] && pkgs+=(clang libclang-rt-14-dev chromium zstd curl jq xfsprogs)
 need_pkgs=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")

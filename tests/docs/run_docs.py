@@ -5,12 +5,15 @@ The format of a runnable example is documented in docs/conventions.md, section "
 that runs". In short: a fenced ```console block holds `$ command` lines, each followed by its
 expected output (stdout and stderr together) and, when the command does not exit 0, a last line
 `[exit N]`; `...` alone on a line stands for any lines, `[...]` for any text within a line, `[N]`
-for a number. ```sh setup blocks make the page's inputs. Tags after the info word (`shared`,
-`gpu`, `gpu2`, `engine`) say what a block needs; blocks whose need is not met are skipped
-(`--gpu`, on a GPU machine, runs the gpu/gpu2 blocks only).
+for a number. ```sh setup blocks make the page's inputs (the variables they export carry over
+to later blocks); ```sh teardown blocks run when the page ends, whatever happened (unmounting
+what a setup mounted); processes a block leaves running in the background are stopped then.
+Tags after the info word (`shared`, `gpu`, `gpu2`, `engine`, `root`) say what a block needs;
+blocks whose need is not met are skipped (`--gpu`, on a GPU machine, runs the gpu/gpu2 blocks
+only).
 
-    run_docs.py [--build DIR] [--update] [--keep] [--gpu] [--only TAG] [--engine URL] [-v]
-                [PAGE.md ...]
+    run_docs.py [--build DIR] [--update] [--keep] [--gpu] [--only TAG] [--engine URL] [--root]
+                [-v] [PAGE.md ...]
 
 Without pages: README.md and every docs/*.md. Exit 0 every example ran and matched (or a page
 has none), 1 a difference or a page error, 2 bad usage, 77 every example was skipped.
@@ -29,7 +32,7 @@ import tempfile
 import time
 
 SRC_DEFAULT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KNOWN_TAGS = {"shared", "gpu", "gpu2", "engine"}
+KNOWN_TAGS = {"shared", "gpu", "gpu2", "engine", "root"}
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 ELLIPSIS = None  # the pattern of a `...` line
 FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
@@ -46,7 +49,7 @@ class PageError(Exception):
 
 
 class Block:
-    """A fenced block: kind 'console', 'setup' or 'other', its tags and content lines."""
+    """A fenced block: kind 'console', 'setup', 'teardown' or 'other', its tags and lines."""
 
     def __init__(self, kind, info, tags, start, indent, lines):
         self.kind = kind
@@ -109,9 +112,9 @@ def parse_page(path, text):
         tags = words[1:]
         if first == "console":
             kind = "console"
-        elif first in ("sh", "bash") and "setup" in tags:
-            kind = "setup"
-            tags = [t for t in tags if t != "setup"]
+        elif first in ("sh", "bash") and ("setup" in tags or "teardown" in tags):
+            kind = "setup" if "setup" in tags else "teardown"
+            tags = [t for t in tags if t != kind]
         else:
             kind = "other"
         if kind != "other":
@@ -291,19 +294,35 @@ def updated_output(expected, actual, steps):
 # Running
 
 
+# what bash itself changes in the environment: not a variable a setup block exported
+SHELL_VARS = {"PWD", "OLDPWD", "SHLVL", "_", "RUN_DOCS_ENV_OUT"}
+
+
 class Runner:
     def __init__(self, args, env, stdbuf):
         self.args = args
         self.env = env
         self.stdbuf = stdbuf
+        self.groups = []  # process group of every command run for the current page
 
-    def run(self, command, cwd, setup=False):
-        argv = ["bash", "-e", "-c", command] if setup else ["bash", "-c", command]
-        if self.stdbuf and not setup:
-            argv = [self.stdbuf, "-oL"] + argv
-        p = subprocess.Popen(argv, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL,
+    def run(self, command, cwd, setup=False, env_out=None):
+        """Runs one command (or a setup script with bash -e). With env_out, the environment
+        at the end of the script is saved there (NUL-separated) for export_vars()."""
+        env = self.env
+        if env_out:
+            # on a line of its own: after a heredoc's terminator, before nothing else
+            command = command + '\nenv -0 >"$RUN_DOCS_ENV_OUT"'
+            env = dict(self.env, RUN_DOCS_ENV_OUT=env_out)
+        if setup:
+            argv = ["bash", "-e", "-c", command]
+        else:
+            argv = ["bash", "-c", command]
+            if self.stdbuf:
+                argv = [self.stdbuf, "-oL"] + argv
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
+        self.groups.append(p.pid)  # its own session: the group of whatever it leaves behind
         try:
             data, _ = p.communicate(timeout=self.args.timeout)
             code = p.returncode
@@ -319,6 +338,50 @@ class Runner:
         while out and out[-1] == "":
             out.pop()
         return code, out
+
+    def export_vars(self, env_out):
+        """Variables a setup block exported (new or changed) join the page's environment,
+        as they would stay in the reader's shell."""
+        try:
+            with open(env_out, "rb") as f:
+                data = f.read()
+            os.unlink(env_out)
+        except OSError:
+            return
+        for item in data.split(b"\0"):
+            name, sep, value = item.decode("utf-8", errors="replace").partition("=")
+            if sep and name not in SHELL_VARS and self.env.get(name) != value:
+                self.env[name] = value
+
+    def stop_leftovers(self):
+        """Stops what the page's commands left running in the background (a server a setup
+        block started): SIGTERM to each command's process group, SIGKILL after 5 s."""
+        alive = []
+        for g in self.groups:
+            try:
+                os.killpg(g, signal.SIGTERM)
+                alive.append(g)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.groups = []
+        deadline = time.monotonic() + 5
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = [g for g in alive if group_exists(g)]
+        for g in alive:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return len(alive)
+
+
+def group_exists(g):
+    try:
+        os.killpg(g, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def gpu_count():
@@ -339,6 +402,10 @@ def unmet_need(tags, args, shared_ok):
             return f"needs two GPUs ({args.gpus} here)"
         if t == "engine" and not args.engine:
             return "needs a running serving engine (--engine URL)"
+        if t == "root" and not args.root:
+            return "needs root and loop mounts (run with --root where that is allowed)"
+        if t == "root" and os.geteuid() != 0:
+            return "needs root (--root given, but not running as root)"
     return None
 
 
@@ -391,6 +458,24 @@ def check_scripts(src):
     return errors
 
 
+def run_teardown(rel, blocks, runner, work, args, shared_ok):
+    """Runs the page's teardown blocks whose needs are met (after a failure too); returns the
+    number that failed."""
+    nfail = 0
+    for b in blocks:
+        if b.kind != "teardown" or unmet_need(b.tags, args, shared_ok):
+            continue
+        if args.verbose:
+            print(f"teardown {rel}:{b.start}")
+        code, out = runner.run("\n".join(t for _, t in b.lines), work, setup=True)
+        if code != 0:
+            nfail += 1
+            print(f"FAIL {rel}:{b.start}: teardown block exited {code}:")
+            for ln in out[-30:]:
+                print("    " + ln)
+    return nfail
+
+
 def run_page(page, runner, args, shared_ok, src):
     """Returns (ran, skipped, failures) for one page; prints its report."""
     rel = os.path.relpath(page, src)
@@ -420,13 +505,15 @@ def run_page(page, runner, args, shared_ok, src):
     work = os.path.join(top, "work")
     os.mkdir(work)
     os.mkdir(os.path.join(top, "tmp"))
-    runner.env["TMPDIR"] = os.path.join(top, "tmp")
+    env_out = os.path.join(top, "setup.env")
+    saved_env = runner.env
+    runner.env = dict(saved_env, TMPDIR=os.path.join(top, "tmp"))  # this page's, setup exports
     ran = skipped = nfail = 0
     updates = []   # (first, end, new lines) in file line indices
     t0 = time.monotonic()
     try:
         for b in blocks:
-            if b.kind == "other":
+            if b.kind in ("other", "teardown"):
                 continue
             need = unmet_need(b.tags, args, shared_ok)
             n_here = len(examples_of.get(id(b), [])) if b.kind == "console" else 0
@@ -442,14 +529,15 @@ def run_page(page, runner, args, shared_ok, src):
                 script = "\n".join(t for _, t in b.lines)
                 if args.verbose:
                     print(f"setup {rel}:{b.start}")
-                code, out = runner.run(script, work, setup=True)
+                code, out = runner.run(script, work, setup=True, env_out=env_out)
                 if code != 0:
                     nfail += 1
                     print(f"FAIL {rel}:{b.start}: setup block exited {code}:")
                     for ln in out[-30:]:
                         print("    " + ln)
                     print(f"     (every later example of {rel} is skipped)")
-                    return ran, skipped, nfail
+                    break
+                runner.export_vars(env_out)
                 continue
             for ex in examples_of[id(b)]:
                 if args.verbose:
@@ -475,7 +563,11 @@ def run_page(page, runner, args, shared_ok, src):
                     updates.append((ex.out_first, ex.out_end,
                                     [(pad + x).rstrip() for x in new]))
     finally:
-        runner.env.pop("TMPDIR", None)
+        nfail += run_teardown(rel, blocks, runner, work, args, shared_ok)
+        n = runner.stop_leftovers()
+        if n:
+            print(f"{rel}: {n} background process group(s) ignored SIGTERM: killed")
+        runner.env = saved_env
         if args.keep:
             print(f"{rel}: scratch folder kept: {work}")
         else:
@@ -503,6 +595,8 @@ def main():
                     help="run the examples tagged gpu/gpu2 (only those, unless --only says)")
     ap.add_argument("--engine", metavar="URL", help="run the blocks tagged engine against URL")
     ap.add_argument("--only", metavar="TAG", help="run only the examples tagged TAG")
+    ap.add_argument("--root", action="store_true",
+                    help="run the blocks tagged root (they mount file systems: needs root)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per command (120)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every command")
     args = ap.parse_args()

@@ -6,6 +6,7 @@ that must pass and one that must fail, so the runner cannot quietly accept drift
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -178,3 +179,66 @@ def test_align_prefers_pairing_lines():
     assert cost > 0
     assert [s[0] for s in steps] == ["ellipsis", "subst", "match"]
     assert run_docs.updated_output(["...", "b2", "c"], ["a", "b", "c"], steps) == ["...", "b", "c"]
+
+
+def test_exported_variables_of_setup_blocks_carry_over(tmp_path):
+    page = (f"{FENCE}sh setup\nexport GREETING=hello\nPLAIN=not-exported\n{FENCE}\n"
+            + console('$ echo "$GREETING [$PLAIN]"\nhello []')
+            # an example's own variables do not carry over
+            + console("$ export GREETING=changed\n$ echo $GREETING\nhello"))
+    rc, out, _ = run(tmp_path, page)
+    assert rc == 0, out
+    # a later page of the same run starts without them
+    other = tmp_path / "other.md"
+    other.write_text(console('$ echo "[$GREETING]"\n[]'))
+    rc, out, _ = run(tmp_path, page, str(other))
+    assert rc == 0 and "FAIL" not in out, out
+
+
+def test_background_processes_are_stopped_when_the_page_ends(tmp_path):
+    pidfile = tmp_path / "pid"
+    page = (f"{FENCE}sh setup\nsleep 300 >/dev/null 2>&1 &\necho $! >{pidfile}\n{FENCE}\n"
+            + console(f"$ kill -0 $(cat {pidfile}) && echo running\nrunning"))
+    rc, out, _ = run(tmp_path, page)
+    assert rc == 0, out
+    pid = int(pidfile.read_text())
+    for _ in range(100):  # reaped by init once stopped
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"the background process {pid} outlived its page")
+
+
+def test_teardown_blocks_run_after_failures(tmp_path):
+    marker = tmp_path / "torn-down"
+    teardown = f"{FENCE}sh teardown\necho done >{marker}\n{FENCE}\n"
+    # at the end of the page, whatever stands after it, also when an example failed
+    page = teardown + console("$ echo a\nb")
+    rc, out, _ = run(tmp_path, page)
+    assert rc == 1 and marker.read_text() == "done\n", out
+    marker.unlink()
+    # and when a setup block failed
+    rc, out, _ = run(tmp_path, f"{FENCE}sh setup\nfalse\n{FENCE}\n" + console("$ true") + teardown)
+    assert rc == 1 and "setup block exited 1" in out and marker.exists(), out
+    # not compared, but a failing teardown fails the page
+    assert run(tmp_path, console("$ true") + f"{FENCE}sh teardown\necho x\n{FENCE}\n")[0] == 0
+    rc, out, _ = run(tmp_path, console("$ true") + f"{FENCE}sh teardown\nexit 4\n{FENCE}\n")
+    assert rc == 1 and "teardown block exited 4" in out, out
+    # a teardown whose need is not met is skipped with its blocks
+    rc, out, _ = run(tmp_path, console("$ true") + f"{FENCE}sh teardown root\nexit 4\n{FENCE}\n")
+    assert rc == 0, out
+
+
+def test_root_blocks_run_only_with_root(tmp_path):
+    page = console("$ echo mounted\nmounted", "root")
+    rc, out, _ = run(tmp_path, page)
+    assert rc == 77 and "--root" in out, out
+    rc, out, _ = run(tmp_path, page, "--root")
+    if os.geteuid() == 0:
+        assert rc == 0, out
+    else:
+        assert rc == 77 and "not running as root" in out, out
