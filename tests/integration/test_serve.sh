@@ -261,21 +261,40 @@ else
     echo "stories260K.gguf is absent: text prompts untested here"
 fi
 
-# ---- a byte-level BPE (gpt2) vocabulary: no tokenizer here yet, so text gets 501 ----
+# ---- a byte-level BPE (gpt2) vocabulary: HF tokenizers' ids for the model's own text ----
 H=${SHARED:+$SHARED/hf/deepseek_v3/model-f32.gguf}
 if [ -n "$H" ] && [ -f "$H" ]; then
     start "$H" || { finish; exit 1; }
-    if grep -q "tokenizer: yes" "$T/srv.err"; then
-        echo "the gpt2 vocabulary has a tokenizer now: 501 untested"
-    else
-        req 501 POST $C '{"prompt": "hello"}'
-        error_is 501 prompt "send token ids"
-        req 501 POST /tokenize '{"prompt": "hello"}'
-        error_is 501 prompt
-        req 200 POST $C '{"prompt": [1, 2, 3], "max_tokens": 1}'
-    fi
+    req 200 POST /tokenize '{"prompt": "The capital of France is", "add_special_tokens": false}'
+    python3 -c "import json,sys; t=json.load(open('$T/body'))['tokens']; \
+sys.exit(0 if t==[344,503,785,294,568,90,296,446,355] else 1)" && pass ||
+        fail "deepseek_v3 /tokenize: $(cat "$T/body")"
+    req 200 POST $C '{"prompt": "The capital of France is", "max_tokens": 1}'
     stop TERM
 fi
+
+# ---- a vocabulary the tokenizer refuses: text gets 501, token ids work ----
+python3 - "$T/llama.gguf" "$T/nope.gguf" <<'PY'
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+w = gguf.GGUFWriter(sys.argv[2], r.fields["general.architecture"].contents())
+for name, f in r.fields.items():
+    if name.startswith("GGUF.") or name == "general.architecture":
+        continue
+    v = "no-such-model" if name == "tokenizer.ggml.model" else f.contents()
+    sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+    w.add_key_value(name, v, f.types[0], sub_type=sub)
+for t in r.tensors:
+    w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+start "$T/nope.gguf" || { finish; exit 1; }
+req 501 POST $C '{"prompt": "hello"}'
+error_is 501 prompt "send token ids"
+req 501 POST /tokenize '{"prompt": "hello"}'
+error_is 501 prompt
+req 200 POST $C '{"prompt": [1, 2, 3], "max_tokens": 1}'
+stop TERM
 
 # ---- bad usage and environment ----
 expect 2 "$R" serve
