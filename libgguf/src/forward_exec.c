@@ -22,6 +22,7 @@
 
 #include "error_internal.h"
 #include "forward_exec.h"
+#include "forward_stream.h"
 
 /* ------------------------------------------------------------ collectives */
 
@@ -93,6 +94,7 @@ void fw_exec_free(fw_exec *c)
             free(c->x[r]);
     free(c->kv);
     free(c->x);
+    fw_stream_free(c->stream);
     fw_setup_free(&c->s);
     free(c);
 }

@@ -1,0 +1,219 @@
+/* A file tensor through a matmul on every thread, at the speed the weights
+ * can be read.
+ *
+ * Each thread takes a contiguous run of the tensor's rows and walks it in
+ * windows of a few MiB of the file: it maps the window's pages in with one
+ * madvise(MADV_POPULATE_READ) instead of a page fault per page, then
+ * dequantizes a block of rows small enough to stay in its cache (128 KiB of
+ * floats) into its own buffer and multiplies that block at once, so the
+ * floats are written and read back in cache instead of going through memory,
+ * and finally drops the window's pages with one madvise(MADV_DONTNEED) when
+ * the context drops pages, so the resident set stays a window per thread.
+ *
+ *   rows of the tensor   |--- thread 0 ---|--- thread 1 ---|-- ... --|
+ *   one thread's run     |win|win|win|...     populate, compute, drop
+ *   one window           |blk|blk|blk|...     dequantize -> buffer -> matmul
+ *
+ * Every (row, token) result is the same sum in the same order as fw_matmul
+ * over the whole dequantized tensor, so neither the thread count nor the
+ * block and window sizes change a bit. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "dequant_internal.h"
+#include "error_internal.h"
+#include "forward_exec.h"
+#include "forward_stream.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+#define BLOCK_FLOATS (32u << 10) /* one row block: 128 KiB of floats, cache-resident */
+#define WINDOW_BYTES (4u << 20)  /* file bytes a thread maps in and drops at once */
+#define PART_WORK (1u << 17)     /* least weights x (tokens + 1) worth a thread */
+
+struct fw_stream {
+    fw_pool *pool;
+    int n_threads;
+    float **buf; /* one block buffer per thread */
+    size_t buf_floats;
+    atomic_int no_populate; /* the kernel refused MADV_POPULATE_READ */
+};
+
+int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err)
+{
+    *out = NULL;
+    if (n_threads < 1)
+        n_threads = 1;
+    fw_stream *s = calloc(1, sizeof *s);
+    if (!s || !(s->buf = calloc((size_t)n_threads, sizeof *s->buf))) {
+        free(s);
+        return fw_nomem(err, "stream buffers");
+    }
+    s->n_threads = n_threads;
+    atomic_init(&s->no_populate, 0);
+    if (n_threads > 1) {
+        int rc = fw_pool_create(&s->pool, n_threads, err);
+        if (rc) {
+            fw_stream_free(s);
+            return rc;
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+void fw_stream_free(fw_stream *s)
+{
+    if (!s)
+        return;
+    fw_pool_free(s->pool);
+    for (int i = 0; i < s->n_threads; i++)
+        free(s->buf[i]);
+    free(s->buf);
+    free(s);
+}
+
+fw_pool *fw_stream_pool(fw_stream *s)
+{
+    return s ? s->pool : NULL;
+}
+
+/* Every thread's buffer holds at least n floats. */
+static int reserve(fw_stream *s, size_t n, gguf_error *err)
+{
+    if (n <= s->buf_floats)
+        return 0;
+    for (int i = 0; i < s->n_threads; i++) {
+        free(s->buf[i]);
+        s->buf[i] = malloc(n * sizeof(float));
+        if (!s->buf[i]) {
+            s->buf_floats = 0;
+            return fw_nomem(err, "stream buffers");
+        }
+    }
+    s->buf_floats = n;
+    return 0;
+}
+
+typedef struct stream_job {
+    fw_stream *s;
+    gguf_dequant_fn fn;
+    const uint8_t *src; /* first row */
+    uint64_t row_bytes;
+    int64_t nb_row, n_rows, n_in, n_tok, block, window;
+    double *y;
+    int64_t ys;
+    const double *x;
+    int64_t xs;
+    const float *bias;
+    int prec;
+    bool drop;
+    uintptr_t page;
+} stream_job;
+
+/* The whole pages that [b, e) touches: for mapping in, and for dropping (a
+ * read-only file mapping: a page dropped under a neighbour that still reads
+ * it is read again from the page cache, never lost). */
+static void page_span(const stream_job *j, const uint8_t *b, const uint8_t *e, uintptr_t *pb,
+                      size_t *len)
+{
+    const uintptr_t mask = j->page - 1;
+    const uintptr_t lo = (uintptr_t)b & ~mask, hi = ((uintptr_t)e + mask) & ~mask;
+    *pb = lo;
+    *len = hi - lo;
+}
+
+static void populate(const stream_job *j, const uint8_t *b, const uint8_t *e)
+{
+    if (atomic_load_explicit(&j->s->no_populate, memory_order_relaxed))
+        return;
+    uintptr_t pb;
+    size_t len;
+    page_span(j, b, e, &pb, &len);
+    /* advice only: where the kernel lacks it, the pages fault in on use */
+    if (madvise((void *)pb, len, MADV_POPULATE_READ) != 0 && errno == EINVAL)
+        atomic_store_explicit(&j->s->no_populate, 1, memory_order_relaxed);
+}
+
+static void drop(const stream_job *j, const uint8_t *b, const uint8_t *e)
+{
+    uintptr_t pb;
+    size_t len;
+    page_span(j, b, e, &pb, &len);
+    madvise((void *)pb, len, MADV_DONTNEED);
+}
+
+static void stream_part(void *arg, int part, int n_parts)
+{
+    const stream_job *j = arg;
+    const int64_t r0 = j->n_rows * part / n_parts, r1 = j->n_rows * (part + 1) / n_parts;
+    float *buf = j->s->buf[part];
+    for (int64_t w0 = r0; w0 < r1; w0 += j->window) {
+        const int64_t w1 = r1 - w0 < j->window ? r1 : w0 + j->window;
+        const uint8_t *wb = j->src + (uint64_t)w0 * j->row_bytes;
+        const uint8_t *we = j->src + (uint64_t)w1 * j->row_bytes;
+        if (j->drop)
+            populate(j, wb, we);
+        for (int64_t b0 = w0; b0 < w1; b0 += j->block) {
+            const int64_t nr = w1 - b0 < j->block ? w1 - b0 : j->block;
+            for (int64_t r = 0; r < nr; r++)
+                j->fn(j->src + (uint64_t)(b0 + r) * j->row_bytes, buf + r * j->n_in, j->nb_row);
+            fw_matmul(j->y + b0, j->ys, j->x, j->xs, buf, j->bias ? j->bias + b0 : NULL, j->n_in,
+                      nr, j->n_tok, 1, j->prec);
+        }
+        if (j->drop)
+            drop(j, wb, we);
+    }
+}
+
+int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
+                 const gguf_tensor *t, int64_t row0, int64_t n_rows, const float *bias,
+                 int64_t n_tok, gguf_error *err)
+{
+    if (n_rows <= 0 || n_tok <= 0)
+        return 0;
+    int rc;
+    if (!c->stream && (rc = fw_stream_create(&c->stream, c->s.o.n_threads, err)))
+        return rc;
+    fw_stream *s = c->stream;
+    stream_job j = {.s = s, .y = y, .ys = ys, .x = x, .xs = xs, .bias = bias,
+                    .n_in = t->ne[0], .n_rows = n_rows, .n_tok = n_tok, .prec = c->s.prec,
+                    .drop = c->s.o.drop_pages && c->page > 0, .page = (uintptr_t)c->page};
+    const gguf_type_info *ti = gguf_type_get(t->type);
+    if ((rc = gguf_dequant_kernel(GGUF_DEQUANT_AUTO, t->type, &j.fn, err)))
+        return rc;
+    if (gguf_type_row_bytes(t->type, t->ne[0], &j.row_bytes) || t->ne[0] % ti->block_size)
+        return gguf_fail(err, GGUF_E_BAD_SHAPE, t->file_offset, "%s: bad row", t->name);
+    j.nb_row = t->ne[0] / ti->block_size;
+    j.src = t->data + (uint64_t)row0 * j.row_bytes;
+    /* rows per block: a multiple of 4 (the one-token kernel takes 4 rows) */
+    j.block = (int64_t)BLOCK_FLOATS / (j.n_in > 0 ? j.n_in : 1);
+    j.block = j.block < 4 ? 4 : j.block & ~(int64_t)3;
+    j.window = (int64_t)(WINDOW_BYTES / (j.row_bytes ? j.row_bytes : 1));
+    j.window = j.window < j.block ? j.block : j.window - j.window % j.block;
+    const size_t need = (size_t)(j.block * (j.n_in > 0 ? j.n_in : 1));
+    if ((rc = reserve(s, need, err)))
+        return rc;
+
+    const double work = (double)n_rows * (double)j.n_in * (double)(n_tok + 1);
+    int parts = s->n_threads;
+    if (work / PART_WORK < parts)
+        parts = work / PART_WORK < 1 ? 1 : (int)(work / PART_WORK);
+    if (n_rows < parts)
+        parts = (int)n_rows;
+
+    const uint64_t resident = (uint64_t)parts * need * sizeof(float);
+    c->resident += resident;
+    if (c->resident > c->st.peak_weight_bytes)
+        c->st.peak_weight_bytes = c->resident;
+    fw_pool_run(s->pool, parts, stream_part, &j);
+    c->resident -= resident;
+    c->st.weight_bytes += (uint64_t)n_rows * j.row_bytes;
+    c->st.dequant_floats += (uint64_t)(n_rows * j.n_in);
+    return 0;
+}

@@ -1,0 +1,57 @@
+/* The CPU forward pass on all cores: a persistent pool of worker threads
+ * (forward_pool.c) and the streaming matmul over a file tensor
+ * (forward_stream.c), which dequantizes each thread's rows a cache-sized
+ * block at a time right before multiplying them, maps the file's pages in
+ * large steps ahead of use and drops them in large steps after. Not
+ * installed. */
+#ifndef GGUF_FORWARD_STREAM_H
+#define GGUF_FORWARD_STREAM_H
+
+#include <stdint.h>
+
+#include "gguf/error.h"
+#include "gguf/file.h"
+
+/* ---- the pool (forward_pool.c) ---- */
+
+typedef struct fw_pool fw_pool;
+
+/* fn runs once per part, parts 0..n_parts-1, each on its own thread (part 0
+ * on the caller's). */
+typedef void (*fw_part_fn)(void *arg, int part, int n_parts);
+
+/* n_threads threads in all, the caller included (n_threads - 1 are started;
+ * 1..1024). @return 0; GGUF_E_INVALID for a count out of range; GGUF_E_NOMEM;
+ * GGUF_E_IO when a thread cannot be started. */
+int fw_pool_create(fw_pool **out, int n_threads, gguf_error *err);
+/* Stop and join the workers. Accepts NULL. */
+void fw_pool_free(fw_pool *p);
+/* Threads of the pool, the caller included (1 for NULL). */
+int fw_pool_threads(const fw_pool *p);
+/* Run fn over n_parts parts (at most fw_pool_threads) and return when all
+ * are done. One caller at a time; NULL pool or one part: the caller runs
+ * them all. */
+void fw_pool_run(fw_pool *p, int n_parts, fw_part_fn fn, void *arg);
+
+/* ---- streaming a file tensor through a matmul (forward_stream.c) ---- */
+
+struct fw_exec;
+typedef struct fw_stream fw_stream;
+
+/* The pool and per-thread buffers of an executor, made on first use. */
+int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err);
+void fw_stream_free(fw_stream *s);
+fw_pool *fw_stream_pool(fw_stream *s);
+
+/* y[t][o] = W[o] . x[t] (+ bias[o]) for rows [row0, row0 + n_rows) of file
+ * tensor t (a matrix of rows t->ne[0] wide) and n_tok rows of x (xs apart),
+ * into y (rows ys apart), exactly as fw_matmul over the dequantized rows
+ * computes it, whatever the thread count. Counts the bytes read, the floats
+ * dequantized and the buffers resident in c's statistics.
+ * @return 0; GGUF_E_BAD_TYPE / GGUF_E_BAD_SHAPE for a tensor the dequant
+ *         module refuses; GGUF_E_NOMEM. */
+int fw_stream_mm(struct fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
+                 const gguf_tensor *t, int64_t row0, int64_t n_rows, const float *bias,
+                 int64_t n_tok, gguf_error *err);
+
+#endif /* GGUF_FORWARD_STREAM_H */
