@@ -5,6 +5,19 @@
 
 #include "error_internal.h"
 #include "forward_exec.h"
+#include "forward_stream.h"
+
+typedef struct swiglu_job {
+    double *hg;
+    const double *hu;
+    int prec;
+} swiglu_job;
+
+static void swiglu_range(void *arg, int64_t b, int64_t e)
+{
+    const swiglu_job *j = arg;
+    fw_swiglu(j->hg + b, j->hg + b, j->hu + b, e - b, j->prec);
+}
 
 /* out [n][E] = down(silu(gate x) * up x): gate/up ne = [E, ff], down
  * ne = [ff', E] (ff' != ff only under a broken plan: the common part). */
@@ -19,8 +32,9 @@ static int swiglu(fw_exec *c, const fw_w *g, const fw_w *u, const fw_w *d, const
         rc = fw_nomem(err, "FFN");
     if (!rc && !(rc = fw_mm(c, hg, ff, x, E, 0, g, NULL, n, err)) &&
         !(rc = fw_mm(c, hu, ff, x, E, 0, u, NULL, n, err))) {
-        fw_swiglu(hg, hg, hu, n * ff, c->s.prec);
-        rc = fw_mm(c, out, E, hg, ff, 0, d, NULL, n, err);
+        swiglu_job j = {hg, hu, c->s.prec};
+        if (!(rc = fw_exec_parallel(c, n * ff, 4096, swiglu_range, &j, err)))
+            rc = fw_mm(c, out, E, hg, ff, 0, d, NULL, n, err);
     }
     free(hg);
     free(hu);

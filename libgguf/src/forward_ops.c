@@ -445,6 +445,12 @@ void fw_rope_init_yarn(fw_rope *r, int type, int64_t n_rot, double base, double 
 
 void fw_rope_apply(const fw_rope *r, double *x, int64_t pos, int prec)
 {
+    fw_rope_apply_heads(r, x, 1, 0, pos, prec);
+}
+
+void fw_rope_apply_heads(const fw_rope *r, double *x, int64_t n_heads, int64_t stride,
+                         int64_t pos, int prec)
+{
     const int64_t half = r->n_rot / 2;
     for (int64_t k = 0; k < half; k++) {
         double theta_extrap = (double)pos * pow(r->base, -2.0 * (double)k / (double)r->n_rot);
@@ -461,9 +467,12 @@ void fw_rope_apply(const fw_rope *r, double *x, int64_t pos, int prec)
         const double c = cos(theta) * r->mscale, s = sin(theta) * r->mscale;
         const int64_t i0 = r->type == GGUF_ROPE_HALF ? k : 2 * k;
         const int64_t i1 = r->type == GGUF_ROPE_HALF ? k + half : 2 * k + 1;
-        const double a = x[i0], b = x[i1];
-        x[i0] = rnd(a * c - b * s, prec);
-        x[i1] = rnd(a * s + b * c, prec);
+        for (int64_t h = 0; h < n_heads; h++) { /* one angle, every head */
+            double *xh = x + h * stride;
+            const double a = xh[i0], b = xh[i1];
+            xh[i0] = rnd(a * c - b * s, prec);
+            xh[i1] = rnd(a * s + b * c, prec);
+        }
     }
 }
 

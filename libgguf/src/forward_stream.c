@@ -83,6 +83,46 @@ fw_pool *fw_stream_pool(fw_stream *s)
     return s ? s->pool : NULL;
 }
 
+int fw_exec_pool(fw_exec *c, fw_pool **out, gguf_error *err)
+{
+    int rc;
+    *out = NULL;
+    if (!c->stream && (rc = fw_stream_create(&c->stream, c->s.o.n_threads, err)))
+        return rc;
+    *out = c->stream->pool;
+    return 0;
+}
+
+typedef struct range_job {
+    void (*fn)(void *arg, int64_t begin, int64_t end);
+    void *arg;
+    int64_t n;
+} range_job;
+
+static void range_part(void *arg, int part, int n_parts)
+{
+    const range_job *j = arg;
+    j->fn(j->arg, j->n * part / n_parts, j->n * (part + 1) / n_parts);
+}
+
+int fw_exec_parallel(fw_exec *c, int64_t n, int64_t min_per_part,
+                     void (*fn)(void *arg, int64_t begin, int64_t end), void *arg,
+                     gguf_error *err)
+{
+    fw_pool *pool;
+    int rc = fw_exec_pool(c, &pool, err);
+    if (rc)
+        return rc;
+    int64_t parts = fw_pool_threads(pool);
+    if (min_per_part > 0 && n / min_per_part < parts)
+        parts = n / min_per_part;
+    if (parts < 1)
+        parts = 1;
+    range_job j = {fn, arg, n};
+    fw_pool_run(pool, (int)parts, range_part, &j);
+    return 0;
+}
+
 /* Every thread's buffer holds at least n floats. */
 static int reserve(fw_stream *s, size_t n, gguf_error *err)
 {
@@ -177,8 +217,9 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
 {
     if (n_rows <= 0 || n_tok <= 0)
         return 0;
-    int rc;
-    if (!c->stream && (rc = fw_stream_create(&c->stream, c->s.o.n_threads, err)))
+    fw_pool *pool;
+    int rc = fw_exec_pool(c, &pool, err);
+    if (rc)
         return rc;
     fw_stream *s = c->stream;
     stream_job j = {.s = s, .y = y, .ys = ys, .x = x, .xs = xs, .bias = bias,

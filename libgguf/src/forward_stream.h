@@ -43,6 +43,16 @@ int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err);
 void fw_stream_free(fw_stream *s);
 fw_pool *fw_stream_pool(fw_stream *s);
 
+/* The executor's pool, made with the stream on first use: NULL with one
+ * thread (fw_pool_run runs every part on the caller then). */
+int fw_exec_pool(struct fw_exec *c, fw_pool **out, gguf_error *err);
+
+/* Run fn over [0, n) in contiguous ranges on c's threads; ranges of at least
+ * min_per_part items (one range when n is smaller). */
+int fw_exec_parallel(struct fw_exec *c, int64_t n, int64_t min_per_part,
+                     void (*fn)(void *arg, int64_t begin, int64_t end), void *arg,
+                     gguf_error *err);
+
 /* y[t][o] = W[o] . x[t] (+ bias[o]) for rows [row0, row0 + n_rows) of file
  * tensor t (a matrix of rows t->ne[0] wide) and n_tok rows of x (xs apart),
  * into y (rows ys apart), exactly as fw_matmul over the dequantized rows
