@@ -9,6 +9,7 @@
  * costs nothing; the caller does the same while it waits for the last part. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -38,8 +39,15 @@ typedef struct worker_arg {
     int index; /* 1..n_threads-1; the caller is 0 */
 } worker_arg;
 
-static inline void cpu_relax(void)
+/* One poll of a spin: a pause, and now and then the CPU handed to another
+ * thread, so that more threads than free cores (a shared machine) still
+ * make progress instead of spinning against the one they wait for. */
+static inline void cpu_relax(int i)
 {
+    if (i % 16 == 15) {
+        sched_yield();
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
@@ -62,7 +70,7 @@ static void *worker_main(void *v)
     for (;;) {
         uint_fast64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         for (int i = 0; g == seen && i < POOL_SPIN && !atomic_load(&p->stop); i++) {
-            cpu_relax();
+            cpu_relax(i);
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
         if (g == seen) {
@@ -163,7 +171,7 @@ void fw_pool_run(fw_pool *p, int n_parts, fw_part_fn fn, void *arg)
     pthread_mutex_unlock(&p->mu);
     run_parts(p, 0);
     for (int i = 0; i < POOL_SPIN && atomic_load_explicit(&p->pending, memory_order_acquire); i++)
-        cpu_relax();
+        cpu_relax(i);
     if (atomic_load_explicit(&p->pending, memory_order_acquire)) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load_explicit(&p->pending, memory_order_acquire))
