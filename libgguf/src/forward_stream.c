@@ -8,7 +8,10 @@
  * floats) into its own buffer and multiplies that block at once, so the
  * floats are written and read back in cache instead of going through memory,
  * and finally drops the window's pages with one madvise(MADV_DONTNEED) when
- * the context drops pages, so the resident set stays a window per thread.
+ * the context drops pages, so the resident set stays a window per thread
+ * (each thread's last window is dropped for all threads at once, after the
+ * matmul: a drop interrupts every core that runs the process to flush its
+ * TLB, so one per matmul rather than one per thread).
  *
  *   rows of the tensor   |--- thread 0 ---|--- thread 1 ---|-- ... --|
  *   one thread's run     |win|win|win|...     populate, compute, drop
@@ -206,7 +209,10 @@ static void stream_part(void *arg, int part, int n_parts)
             fw_matmul(j->y + b0, j->ys, j->x, j->xs, buf, j->bias ? j->bias + b0 : NULL, j->n_in,
                       nr, j->n_tok, 1, j->prec);
         }
-        if (j->drop)
+        /* the run's last window is dropped by the caller, with every other
+         * thread's, in one call: one TLB shootdown per matmul, not one per
+         * thread */
+        if (j->drop && w1 < r1)
             drop(j, wb, we);
     }
 }
@@ -253,6 +259,8 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
     if (c->resident > c->st.peak_weight_bytes)
         c->st.peak_weight_bytes = c->resident;
     fw_pool_run(s->pool, parts, stream_part, &j);
+    if (j.drop)
+        drop(&j, j.src, j.src + (uint64_t)n_rows * j.row_bytes);
     c->resident -= resident;
     c->st.weight_bytes += (uint64_t)n_rows * j.row_bytes;
     c->st.dequant_floats += (uint64_t)(n_rows * j.n_in);
