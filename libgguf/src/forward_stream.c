@@ -2,19 +2,23 @@
  * can be read.
  *
  * Each thread takes a contiguous run of the tensor's rows and walks it in
- * windows of a few MiB of the file: it maps the window's pages in with one
- * madvise(MADV_POPULATE_READ) instead of a page fault per page, then
- * dequantizes a block of rows small enough to stay in its cache (128 KiB of
- * floats) into its own buffer and multiplies that block at once, so the
- * floats are written and read back in cache instead of going through memory,
- * and finally drops the window's pages with one madvise(MADV_DONTNEED) when
- * the context drops pages, so the resident set stays a window per thread
- * (each thread's last window is dropped for all threads at once, after the
- * matmul: a drop interrupts every core that runs the process to flush its
- * TLB, so one per matmul rather than one per thread).
+ * windows. A window's bytes come
+ *   - read: with pread into the thread's own buffer (256 KiB), when the
+ *     context drops pages and the tensor lies in the model's file (a single
+ *     file, or a split set's first part): nothing of the file is ever mapped
+ *     into the process, so there is no page-table work, nothing to drop and
+ *     no TLB shootdown of the other cores, and every thread reads on its own;
+ *   - mapped: from the file mapping otherwise. Where pages are dropped (the
+ *     later parts of a split set, whose descriptors the model does not hold),
+ *     each window (4 MiB) is mapped in with one madvise(MADV_POPULATE_READ)
+ *     and dropped with one madvise(MADV_DONTNEED) after, so the resident set
+ *     stays a window per thread.
+ * Within a window, a block of rows small enough to stay in cache (128 KiB of
+ * floats) is dequantized into the thread's buffer and multiplied at once,
+ * so the floats are written and read back in cache, not through memory.
  *
  *   rows of the tensor   |--- thread 0 ---|--- thread 1 ---|-- ... --|
- *   one thread's run     |win|win|win|...     populate, compute, drop
+ *   one thread's run     |win|win|win|...     read (or map in, and drop)
  *   one window           |blk|blk|blk|...     dequantize -> buffer -> matmul
  *
  * Every (row, token) result is the same sum in the same order as fw_matmul
@@ -25,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "dequant_internal.h"
 #include "error_internal.h"
@@ -36,14 +41,16 @@
 #endif
 
 #define BLOCK_FLOATS (32u << 10) /* one row block: 128 KiB of floats, cache-resident */
-#define WINDOW_BYTES (4u << 20)  /* file bytes a thread maps in and drops at once */
+#define READ_BYTES (256u << 10)  /* one pread: a window of the read path */
+#define WINDOW_BYTES (4u << 20)  /* a window of the mapped path: mapped in and dropped at once */
 #define PART_WORK (1u << 17)     /* least weights x (tokens + 1) worth a thread */
 
 struct fw_stream {
     fw_pool *pool;
     int n_threads;
-    float **buf; /* one block buffer per thread */
-    size_t buf_floats;
+    float **buf;    /* one block of floats per thread */
+    uint8_t **raw;  /* one read window per thread */
+    size_t buf_floats, raw_bytes;
     atomic_int no_populate; /* the kernel refused MADV_POPULATE_READ */
 };
 
@@ -53,7 +60,10 @@ int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err)
     if (n_threads < 1)
         n_threads = 1;
     fw_stream *s = calloc(1, sizeof *s);
-    if (!s || !(s->buf = calloc((size_t)n_threads, sizeof *s->buf))) {
+    if (!s || !(s->buf = calloc((size_t)n_threads, sizeof *s->buf)) ||
+        !(s->raw = calloc((size_t)n_threads, sizeof *s->raw))) {
+        if (s)
+            free(s->buf);
         free(s);
         return fw_nomem(err, "stream buffers");
     }
@@ -75,9 +85,12 @@ void fw_stream_free(fw_stream *s)
     if (!s)
         return;
     fw_pool_free(s->pool);
-    for (int i = 0; i < s->n_threads; i++)
+    for (int i = 0; i < s->n_threads; i++) {
         free(s->buf[i]);
+        free(s->raw[i]);
+    }
     free(s->buf);
+    free(s->raw);
     free(s);
 }
 
@@ -126,27 +139,42 @@ int fw_exec_parallel(fw_exec *c, int64_t n, int64_t min_per_part,
     return 0;
 }
 
-/* Every thread's buffer holds at least n floats. */
-static int reserve(fw_stream *s, size_t n, gguf_error *err)
+/* Every thread's buffers hold at least n floats and raw bytes. */
+static int reserve(fw_stream *s, size_t n, size_t raw, gguf_error *err)
 {
-    if (n <= s->buf_floats)
-        return 0;
     for (int i = 0; i < s->n_threads; i++) {
-        free(s->buf[i]);
-        s->buf[i] = malloc(n * sizeof(float));
-        if (!s->buf[i]) {
-            s->buf_floats = 0;
-            return fw_nomem(err, "stream buffers");
+        if (n > s->buf_floats) {
+            free(s->buf[i]);
+            if (!(s->buf[i] = malloc(n * sizeof(float))))
+                goto nomem;
+        }
+        if (raw > s->raw_bytes) {
+            free(s->raw[i]);
+            if (!(s->raw[i] = malloc(raw)))
+                goto nomem;
         }
     }
-    s->buf_floats = n;
+    s->buf_floats = n > s->buf_floats ? n : s->buf_floats;
+    s->raw_bytes = raw > s->raw_bytes ? raw : s->raw_bytes;
     return 0;
+nomem:
+    /* some buffers are gone: make every one be made again next time */
+    for (int i = 0; i < s->n_threads; i++) {
+        free(s->buf[i]);
+        free(s->raw[i]);
+        s->buf[i] = NULL;
+        s->raw[i] = NULL;
+    }
+    s->buf_floats = s->raw_bytes = 0;
+    return fw_nomem(err, "stream buffers");
 }
 
 typedef struct stream_job {
     fw_stream *s;
     gguf_dequant_fn fn;
-    const uint8_t *src; /* first row */
+    const uint8_t *src; /* first row, in the mapping */
+    int fd;             /* >= 0: read rows with pread from fd at off */
+    uint64_t off;
     uint64_t row_bytes;
     int64_t nb_row, n_rows, n_in, n_tok, block, window;
     double *y;
@@ -157,6 +185,10 @@ typedef struct stream_job {
     int prec;
     bool drop;
     uintptr_t page;
+    /* the first read that failed: errno (0: the file ended) and offset */
+    atomic_int failed;
+    int err_no;
+    uint64_t err_off;
 } stream_job;
 
 /* The whole pages that [b, e) touches: for mapping in, and for dropping (a
@@ -191,30 +223,71 @@ static void drop(const stream_job *j, const uint8_t *b, const uint8_t *e)
     madvise((void *)pb, len, MADV_DONTNEED);
 }
 
+/* n bytes at off into buf; false after recording the failure in j. */
+static bool read_window(stream_job *j, uint8_t *buf, size_t n, uint64_t off)
+{
+    while (n > 0) {
+        const ssize_t got = pread(j->fd, buf, n, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            const int e = got < 0 ? errno : 0;
+            if (atomic_exchange(&j->failed, 1) == 0) {
+                j->err_no = e;
+                j->err_off = off;
+            }
+            return false;
+        }
+        buf += got;
+        off += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return true;
+}
+
 static void stream_part(void *arg, int part, int n_parts)
 {
-    const stream_job *j = arg;
+    stream_job *j = arg;
     const int64_t r0 = j->n_rows * part / n_parts, r1 = j->n_rows * (part + 1) / n_parts;
     float *buf = j->s->buf[part];
     for (int64_t w0 = r0; w0 < r1; w0 += j->window) {
         const int64_t w1 = r1 - w0 < j->window ? r1 : w0 + j->window;
         const uint8_t *wb = j->src + (uint64_t)w0 * j->row_bytes;
         const uint8_t *we = j->src + (uint64_t)w1 * j->row_bytes;
-        if (j->drop)
+        if (j->fd >= 0) {
+            if (!read_window(j, j->s->raw[part], (size_t)(we - wb),
+                             j->off + (uint64_t)w0 * j->row_bytes))
+                return;
+            wb = j->s->raw[part];
+        } else if (j->drop) {
             populate(j, wb, we);
+        }
         for (int64_t b0 = w0; b0 < w1; b0 += j->block) {
             const int64_t nr = w1 - b0 < j->block ? w1 - b0 : j->block;
+            const uint8_t *rows = wb + (uint64_t)(b0 - w0) * j->row_bytes;
             for (int64_t r = 0; r < nr; r++)
-                j->fn(j->src + (uint64_t)(b0 + r) * j->row_bytes, buf + r * j->n_in, j->nb_row);
+                j->fn(rows + (uint64_t)r * j->row_bytes, buf + r * j->n_in, j->nb_row);
             fw_matmul(j->y + b0, j->ys, j->x, j->xs, buf, j->bias ? j->bias + b0 : NULL, j->n_in,
                       nr, j->n_tok, 1, j->prec);
         }
-        /* the run's last window is dropped by the caller, with every other
-         * thread's, in one call: one TLB shootdown per matmul, not one per
-         * thread */
-        if (j->drop && w1 < r1)
-            drop(j, wb, we);
+        if (j->fd < 0 && j->drop)
+            drop(j, j->src + (uint64_t)w0 * j->row_bytes, we);
     }
+}
+
+/* The descriptor and offset to read t's bytes from: t lies in the model's
+ * metadata file (the only one the model holds), which is a real file. */
+static bool source_file(const fw_exec *c, const gguf_tensor *t, int *fd, uint64_t *off)
+{
+    const gguf_file *f = c->s.m ? gguf_model_meta(c->s.m) : NULL;
+    if (!f || gguf_file_fd(f) < 0 || !gguf_file_bytes(f))
+        return false;
+    const uintptr_t base = (uintptr_t)gguf_file_bytes(f), p = (uintptr_t)t->data;
+    if (p < base || p - base > gguf_file_size(f) || t->nbytes > gguf_file_size(f) - (p - base))
+        return false;
+    *fd = gguf_file_fd(f);
+    *off = (uint64_t)(p - base);
+    return true;
 }
 
 int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
@@ -228,23 +301,28 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
     if (rc)
         return rc;
     fw_stream *s = c->stream;
-    stream_job j = {.s = s, .y = y, .ys = ys, .x = x, .xs = xs, .bias = bias,
+    stream_job j = {.s = s, .y = y, .ys = ys, .x = x, .xs = xs, .bias = bias, .fd = -1,
                     .n_in = t->ne[0], .n_rows = n_rows, .n_tok = n_tok, .prec = c->s.prec,
                     .drop = c->s.o.drop_pages && c->page > 0, .page = (uintptr_t)c->page};
+    atomic_init(&j.failed, 0);
     const gguf_type_info *ti = gguf_type_get(t->type);
     if ((rc = gguf_dequant_kernel(GGUF_DEQUANT_AUTO, t->type, &j.fn, err)))
         return rc;
-    if (gguf_type_row_bytes(t->type, t->ne[0], &j.row_bytes) || t->ne[0] % ti->block_size)
+    if (gguf_type_row_bytes(t->type, t->ne[0], &j.row_bytes) || t->ne[0] % ti->block_size ||
+        j.row_bytes == 0)
         return gguf_fail(err, GGUF_E_BAD_SHAPE, t->file_offset, "%s: bad row", t->name);
     j.nb_row = t->ne[0] / ti->block_size;
     j.src = t->data + (uint64_t)row0 * j.row_bytes;
     /* rows per block: a multiple of 4 (the one-token kernel takes 4 rows) */
-    j.block = (int64_t)BLOCK_FLOATS / (j.n_in > 0 ? j.n_in : 1);
+    j.block = (int64_t)BLOCK_FLOATS / j.n_in;
     j.block = j.block < 4 ? 4 : j.block & ~(int64_t)3;
-    j.window = (int64_t)(WINDOW_BYTES / (j.row_bytes ? j.row_bytes : 1));
+    uint64_t off = 0;
+    if (j.drop && source_file(c, t, &j.fd, &off))
+        j.off = off + (uint64_t)row0 * j.row_bytes;
+    j.window = (int64_t)((j.fd >= 0 ? READ_BYTES : WINDOW_BYTES) / j.row_bytes);
     j.window = j.window < j.block ? j.block : j.window - j.window % j.block;
-    const size_t need = (size_t)(j.block * (j.n_in > 0 ? j.n_in : 1));
-    if ((rc = reserve(s, need, err)))
+    const size_t need = (size_t)(j.block * j.n_in);
+    if ((rc = reserve(s, need, j.fd >= 0 ? (size_t)((uint64_t)j.window * j.row_bytes) : 0, err)))
         return rc;
 
     const double work = (double)n_rows * (double)j.n_in * (double)(n_tok + 1);
@@ -259,9 +337,16 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
     if (c->resident > c->st.peak_weight_bytes)
         c->st.peak_weight_bytes = c->resident;
     fw_pool_run(s->pool, parts, stream_part, &j);
-    if (j.drop)
-        drop(&j, j.src, j.src + (uint64_t)n_rows * j.row_bytes);
     c->resident -= resident;
+    if (atomic_load(&j.failed)) {
+        const char *path = gguf_file_path(gguf_model_meta(c->s.m));
+        return j.err_no ? gguf_fail_errno(err, GGUF_E_IO, j.err_no, "%s: %s: reading at offset %llu",
+                                          path, t->name, (unsigned long long)j.err_off)
+                        : gguf_fail(err, GGUF_E_TRUNCATED, j.err_off,
+                                    "%s: %s: the file ends at offset %llu (it shrank after it "
+                                    "was opened)",
+                                    path, t->name, (unsigned long long)j.err_off);
+    }
     c->st.weight_bytes += (uint64_t)n_rows * j.row_bytes;
     c->st.dequant_floats += (uint64_t)(n_rows * j.n_in);
     return 0;

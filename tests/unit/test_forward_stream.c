@@ -10,9 +10,12 @@
  *     inputs and outputs, both precisions;
  *   - a file-mapped tensor larger than several windows gives the same bits
  *     with its pages dropped, and leaves (almost) none of them mapped, while
- *     the same walk without dropping leaves them all (the control).
- * The executor is built by hand (white box): the stream uses only its
- * options, statistics and the stream pointer.
+ *     the same walk without dropping leaves them all (the control);
+ *   - the read path (pread from the model's file, when pages are dropped)
+ *     gives the same bits on a real model and maps nothing of the file; a
+ *     file that shrinks under the open model gives GGUF_E_TRUNCATED.
+ * The executor is built by hand (white box) where no model is needed: the
+ * stream then uses only its options, statistics and the stream pointer.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -27,6 +30,7 @@
 #include "forward_exec.h"
 #include "forward_stream.h"
 #include "gguf/dequant.h"
+#include "gguf/model.h"
 #include "gguf/types.h"
 #include "helper_buf.h"
 #include "helper_dequant.h"
@@ -322,6 +326,113 @@ START_TEST(stream_file_windows_dropped)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the read path */
+
+/* A one-block llama from gguf-gen (GGUFKIT_GEN), big enough that its FFN
+ * matrices span many read windows; the executor made by fw_exec_create. */
+typedef struct real_model {
+    char *dir;
+    char path[512];
+    gguf_set *set;
+    gguf_model *m;
+} real_model;
+
+static void real_open(real_model *r)
+{
+    const char *gen = getenv("GGUFKIT_GEN");
+    ck_assert_msg(gen && access(gen, X_OK) == 0, "GGUFKIT_GEN (gguf-gen) is not set or built");
+    r->dir = th_mkdtemp();
+    snprintf(r->path, sizeof r->path, "%s/m.gguf", r->dir);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "'%s' model --arch llama --layers 1 --embd 1024 --ff 4096 --heads 8 --kv-heads 4 "
+             "--head-dim 128 --vocab 512 --type Q8_0 --no-sync --force -q '%s'",
+             gen, r->path);
+    ck_assert_int_eq(system(cmd), 0);
+    gguf_error err;
+    ck_assert_int_eq(gguf_set_open(&r->set, r->path, NULL, &err), 0);
+    ck_assert_msg(gguf_model_open(&r->m, r->set, &err) == 0, "%s", err.message);
+}
+
+static void real_close(real_model *r)
+{
+    gguf_model_free(r->m);
+    gguf_set_close(r->set);
+    th_rmdir(r->dir);
+    free(r->dir);
+}
+
+static fw_exec *real_exec(const real_model *r, int threads, bool drop)
+{
+    gguf_fwd_opts o = {0};
+    o.n_threads = threads;
+    o.drop_pages = drop;
+    fw_exec *c = NULL;
+    gguf_error err;
+    ck_assert_msg(fw_exec_create(&c, r->m, NULL, &o, &err) == 0, "%s", err.message);
+    return c;
+}
+
+START_TEST(read_path_same_bits)
+{
+    real_model r;
+    real_open(&r);
+    const gguf_tensor *gate = gguf_model_get(r.m, 0, GGUF_ROLE_FFN_GATE);
+    const gguf_tensor *down = gguf_model_get(r.m, 0, GGUF_ROLE_FFN_DOWN);
+    ck_assert_ptr_nonnull(gate);
+    ck_assert_ptr_nonnull(down);
+    /* the reference reads a private copy, so the mapping is never touched */
+    uint8_t *gcopy = malloc(gate->nbytes), *dcopy = malloc(down->nbytes);
+    memcpy(gcopy, gate->data, gate->nbytes);
+    memcpy(dcopy, down->data, down->nbytes);
+    madvise((void *)((uintptr_t)gguf_file_bytes(gguf_model_meta(r.m)) & ~(uintptr_t)4095),
+            gguf_file_size(gguf_model_meta(r.m)), MADV_DONTNEED);
+    for (int threads = 1; threads <= 4; threads += 3) {
+        fw_exec *c = real_exec(&r, threads, true);
+        check_stream(c, gate, gcopy, 0, gate->ne[1], 1, false, "read, gate");
+        check_stream(c, gate, gcopy, 301, 1777, 6, true, "read, gate rows");
+        check_stream(c, down, dcopy, 0, down->ne[1], 4, false, "read, down");
+        fw_exec_free(c);
+    }
+    /* nothing of the file was mapped by the read path */
+    ck_assert_msg(mapping_rss(gguf_file_bytes(gguf_model_meta(r.m))) <= 64 * 1024,
+                  "%ld bytes of the model mapped",
+                  mapping_rss(gguf_file_bytes(gguf_model_meta(r.m))));
+    /* the same rows through the mapping (pages kept): the same bits */
+    fw_exec *c = real_exec(&r, 3, false);
+    check_stream(c, gate, gcopy, 301, 1777, 6, true, "mapped, gate rows");
+    fw_exec_free(c);
+    free(gcopy);
+    free(dcopy);
+    real_close(&r);
+}
+END_TEST
+
+/* The file shrinks under an open model: the read path says so with
+ * GGUF_E_TRUNCATED (the mapping would have raised SIGBUS). */
+START_TEST(read_path_file_shrank)
+{
+    real_model r;
+    real_open(&r);
+    const gguf_tensor *gate = gguf_model_get(r.m, 0, GGUF_ROLE_FFN_GATE);
+    ck_assert_int_eq(truncate(r.path, (off_t)(gate->file_offset + gate->nbytes / 2)), 0);
+    fw_exec *c = real_exec(&r, 2, true);
+    const int64_t n_in = gate->ne[0], rows = gate->ne[1];
+    double *x = calloc((size_t)n_in, sizeof(double)), *y = calloc((size_t)rows, sizeof(double));
+    gguf_error err;
+    ck_assert_int_eq(fw_stream_mm(c, y, rows, x, n_in, gate, 0, rows, NULL, 1, &err),
+                     GGUF_E_TRUNCATED);
+    ck_assert_msg(strstr(err.message, "m.gguf") && strstr(err.message, gate->name) &&
+                      strstr(err.message, "shrank"),
+                  "%s", err.message);
+    ck_assert_uint_eq(c->resident, 0);
+    fw_exec_free(c);
+    free(x);
+    free(y);
+    real_close(&r);
+}
+END_TEST
+
 static Suite *stream_suite(void)
 {
     Suite *s = suite_create("forward_stream");
@@ -330,6 +441,8 @@ static Suite *stream_suite(void)
     tcase_add_test(tc, parallel_covers_once);
     tcase_add_loop_test(tc, stream_same_bits, 0, 8);
     tcase_add_test(tc, stream_file_windows_dropped);
+    tcase_add_test(tc, read_path_same_bits);
+    tcase_add_test(tc, read_path_file_shrank);
     suite_add_tcase(s, tc);
     return s;
 }
