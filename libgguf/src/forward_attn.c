@@ -76,7 +76,11 @@ static int attn_gqa(fw_exec *c, int r, int64_t il, const double *cur, int64_t n,
     fw_pool *pool;
     if ((rc = fw_exec_pool(c, &pool, err)))
         goto done;
-    const int64_t parts = n * nh < fw_pool_threads(pool) ? n * nh : fw_pool_threads(pool);
+    /* threads only for real work (one token over a short cache is microseconds) */
+    const double work = (double)n * (double)nh * (double)(c->n_past + n) * (double)(dk + dv);
+    int64_t parts = n * nh < fw_pool_threads(pool) ? n * nh : fw_pool_threads(pool);
+    if (work < 65536.0)
+        parts = 1;
     q = fw_xcalloc((size_t)(n * nh * dk), sizeof(double));
     o = fw_xcalloc((size_t)(n * nh * dv), sizeof(double));
     sc = fw_xcalloc((size_t)(parts * (c->n_past + n)), sizeof(double));
