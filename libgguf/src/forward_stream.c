@@ -2,33 +2,44 @@
  * can be read.
  *
  * Each thread takes a contiguous run of the tensor's rows and walks it in
- * windows. A window's bytes come
- *   - read: with pread into the thread's own buffer (256 KiB), when the
- *     context drops pages and the tensor lies in the model's file (a single
- *     file, or a split set's first part): nothing of the file is ever mapped
- *     into the process, so there is no page-table work, nothing to drop and
- *     no TLB shootdown of the other cores, and every thread reads on its own;
- *   - mapped: from the file mapping otherwise. Where pages are dropped (the
- *     later parts of a split set, whose descriptors the model does not hold),
- *     each window (4 MiB) is mapped in with one madvise(MADV_POPULATE_READ)
- *     and dropped with one madvise(MADV_DONTNEED) after, so the resident set
- *     stays a window per thread.
+ * windows. When the context drops pages (the weights must not stay resident),
+ * a window's bytes come one of two ways:
+ *   - mapped: from the file mapping, each window (4 MiB) mapped in with one
+ *     madvise(MADV_POPULATE_READ) and dropped with one madvise(MADV_DONTNEED)
+ *     after, so the resident set stays a window per thread;
+ *   - read: with pread into the thread's own buffer (256 KiB): nothing of the
+ *     file is mapped, so there is no page-table work, nothing to drop and no
+ *     TLB shootdown of the other cores, and a file that shrinks under the
+ *     model gives an error instead of SIGBUS.
+ * Which one is cheaper depends on the page cache (bench_weight_read): where
+ * it holds the file in large folios (recent kernels, files written or read
+ * in large pieces) one fault maps up to 2 MiB and a mapped window costs the
+ * kernel next to nothing, while pread still copies every byte; where it
+ * holds 4 KiB pages both cost the kernel about as much as reading the
+ * memory, and pread scales better over cores. So the first window of a
+ * context is mapped in as a probe, its page faults counted: few faults per
+ * MiB (large folios) choose the mapping for the context, many choose pread.
+ * Tensors of files the model holds no descriptor of (the later parts of a
+ * split set) are always mapped. Without dropping pages, the mapping is used
+ * as it is (pages stay mapped: a second pass costs the kernel nothing).
+ *
  * Within a window, a block of rows small enough to stay in cache (128 KiB of
  * floats) is dequantized into the thread's buffer and multiplied at once,
  * so the floats are written and read back in cache, not through memory.
  *
  *   rows of the tensor   |--- thread 0 ---|--- thread 1 ---|-- ... --|
- *   one thread's run     |win|win|win|...     read (or map in, and drop)
+ *   one thread's run     |win|win|win|...     read, or map in and drop
  *   one window           |blk|blk|blk|...     dequantize -> buffer -> matmul
  *
  * Every (row, token) result is the same sum in the same order as fw_matmul
  * over the whole dequantized tensor, so neither the thread count nor the
- * block and window sizes change a bit. */
+ * block and window sizes nor the way the bytes come change a bit. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "dequant_internal.h"
@@ -44,6 +55,8 @@
 #define READ_BYTES (256u << 10)  /* one pread: a window of the read path */
 #define WINDOW_BYTES (4u << 20)  /* a window of the mapped path: mapped in and dropped at once */
 #define PART_WORK (1u << 17)     /* least weights x (tokens + 1) worth a thread */
+#define PROBE_MIN (1u << 20)     /* least bytes a probe of the page cache maps in */
+#define PROBE_FAULTS_PER_MIB 4   /* more: small folios, read instead of mapping */
 
 struct fw_stream {
     fw_pool *pool;
@@ -52,6 +65,7 @@ struct fw_stream {
     uint8_t **raw;  /* one read window per thread */
     size_t buf_floats, raw_bytes;
     atomic_int no_populate; /* the kernel refused MADV_POPULATE_READ */
+    atomic_int source;      /* FW_SRC_*: how dropped file tensors are read */
 };
 
 int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err)
@@ -69,6 +83,7 @@ int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err)
     }
     s->n_threads = n_threads;
     atomic_init(&s->no_populate, 0);
+    atomic_init(&s->source, FW_SRC_AUTO);
     if (n_threads > 1) {
         int rc = fw_pool_create(&s->pool, n_threads, err);
         if (rc) {
@@ -97,6 +112,16 @@ void fw_stream_free(fw_stream *s)
 fw_pool *fw_stream_pool(fw_stream *s)
 {
     return s ? s->pool : NULL;
+}
+
+void fw_stream_set_source(fw_stream *s, int source)
+{
+    atomic_store(&s->source, source);
+}
+
+int fw_stream_source(const fw_stream *s)
+{
+    return atomic_load(&((fw_stream *)s)->source);
 }
 
 int fw_exec_pool(fw_exec *c, fw_pool **out, gguf_error *err)
@@ -203,16 +228,19 @@ static void page_span(const stream_job *j, const uint8_t *b, const uint8_t *e, u
     *len = hi - lo;
 }
 
-static void populate(const stream_job *j, const uint8_t *b, const uint8_t *e)
+/* false where the kernel lacks MADV_POPULATE_READ (then pages fault in on use) */
+static bool populate(const stream_job *j, const uint8_t *b, const uint8_t *e)
 {
     if (atomic_load_explicit(&j->s->no_populate, memory_order_relaxed))
-        return;
+        return false;
     uintptr_t pb;
     size_t len;
     page_span(j, b, e, &pb, &len);
-    /* advice only: where the kernel lacks it, the pages fault in on use */
-    if (madvise((void *)pb, len, MADV_POPULATE_READ) != 0 && errno == EINVAL)
+    if (madvise((void *)pb, len, MADV_POPULATE_READ) == 0)
+        return true;
+    if (errno == EINVAL)
         atomic_store_explicit(&j->s->no_populate, 1, memory_order_relaxed);
+    return false;
 }
 
 static void drop(const stream_job *j, const uint8_t *b, const uint8_t *e)
@@ -275,6 +303,30 @@ static void stream_part(void *arg, int part, int n_parts)
     }
 }
 
+/* Map the first window of j in and count the page faults it takes: the
+ * page cache's folio size, which decides between mapping and reading. Tiny
+ * tensors say little (read them, decide later). */
+static int probe(stream_job *j)
+{
+    uint64_t bytes = (uint64_t)j->n_rows * j->row_bytes;
+    if (bytes > WINDOW_BYTES)
+        bytes = WINDOW_BYTES;
+    if (bytes < PROBE_MIN)
+        return FW_SRC_READ;
+    struct rusage a, b;
+    int how = FW_SRC_READ;
+    if (getrusage(RUSAGE_THREAD, &a) == 0 && populate(j, j->src, j->src + bytes) &&
+        getrusage(RUSAGE_THREAD, &b) == 0) {
+        const long faults = (b.ru_minflt - a.ru_minflt) + (b.ru_majflt - a.ru_majflt);
+        how = (uint64_t)faults * (1u << 20) <= PROBE_FAULTS_PER_MIB * bytes ? FW_SRC_MAP
+                                                                          : FW_SRC_READ;
+    }
+    if (how == FW_SRC_READ)
+        drop(j, j->src, j->src + bytes);
+    atomic_store(&j->s->source, how);
+    return how;
+}
+
 /* The descriptor and offset to read t's bytes from: t lies in the model's
  * metadata file (the only one the model holds), which is a real file. */
 static bool source_file(const fw_exec *c, const gguf_tensor *t, int *fd, uint64_t *off)
@@ -316,9 +368,17 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
     /* rows per block: a multiple of 4 (the one-token kernel takes 4 rows) */
     j.block = (int64_t)BLOCK_FLOATS / j.n_in;
     j.block = j.block < 4 ? 4 : j.block & ~(int64_t)3;
-    uint64_t off = 0;
-    if (j.drop && source_file(c, t, &j.fd, &off))
-        j.off = off + (uint64_t)row0 * j.row_bytes;
+    int fd;
+    uint64_t off;
+    if (j.drop && source_file(c, t, &fd, &off)) {
+        int how = atomic_load(&s->source);
+        if (how == FW_SRC_AUTO)
+            how = probe(&j);
+        if (how == FW_SRC_READ) {
+            j.fd = fd;
+            j.off = off + (uint64_t)row0 * j.row_bytes;
+        }
+    }
     j.window = (int64_t)((j.fd >= 0 ? READ_BYTES : WINDOW_BYTES) / j.row_bytes);
     j.window = j.window < j.block ? j.block : j.window - j.window % j.block;
     const size_t need = (size_t)(j.block * j.n_in);

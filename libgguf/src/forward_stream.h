@@ -53,6 +53,15 @@ int fw_exec_parallel(struct fw_exec *c, int64_t n, int64_t min_per_part,
                      void (*fn)(void *arg, int64_t begin, int64_t end), void *arg,
                      gguf_error *err);
 
+/* How tensors of the model's file are read when pages are dropped:
+ * FW_SRC_AUTO probes the page cache on the first tensor of 1 MiB or more and
+ * settles on FW_SRC_MAP (the mapping, windows mapped in and dropped) where
+ * the file sits in large folios, or FW_SRC_READ (pread into per-thread
+ * buffers) where it sits in small pages. Tests force one. */
+enum { FW_SRC_AUTO = 0, FW_SRC_MAP = 1, FW_SRC_READ = 2 };
+void fw_stream_set_source(fw_stream *s, int source);
+int fw_stream_source(const fw_stream *s);
+
 /* y[t][o] = W[o] . x[t] (+ bias[o]) for rows [row0, row0 + n_rows) of file
  * tensor t (a matrix of rows t->ne[0] wide) and n_tok rows of x (xs apart),
  * into y (rows ys apart), exactly as fw_matmul over the dequantized rows

@@ -11,9 +11,11 @@
  *   - a file-mapped tensor larger than several windows gives the same bits
  *     with its pages dropped, and leaves (almost) none of them mapped, while
  *     the same walk without dropping leaves them all (the control);
- *   - the read path (pread from the model's file, when pages are dropped)
- *     gives the same bits on a real model and maps nothing of the file; a
- *     file that shrinks under the open model gives GGUF_E_TRUNCATED.
+ *   - on a real model, the read path (pread from the model's file) and the
+ *     mapped path (windows mapped in and dropped) give the same bits; the
+ *     read path maps nothing of the file; the probe settles on one of them;
+ *     a file that shrinks under the open model gives GGUF_E_TRUNCATED on the
+ *     read path.
  * The executor is built by hand (white box) where no model is needed: the
  * stream then uses only its options, statistics and the stream pointer.
  */
@@ -362,7 +364,7 @@ static void real_close(real_model *r)
     free(r->dir);
 }
 
-static fw_exec *real_exec(const real_model *r, int threads, bool drop)
+static fw_exec *real_exec(const real_model *r, int threads, bool drop, int source)
 {
     gguf_fwd_opts o = {0};
     o.n_threads = threads;
@@ -370,6 +372,7 @@ static fw_exec *real_exec(const real_model *r, int threads, bool drop)
     fw_exec *c = NULL;
     gguf_error err;
     ck_assert_msg(fw_exec_create(&c, r->m, NULL, &o, &err) == 0, "%s", err.message);
+    fw_stream_set_source(c->stream, source);
     return c;
 }
 
@@ -387,19 +390,32 @@ START_TEST(read_path_same_bits)
     memcpy(dcopy, down->data, down->nbytes);
     madvise((void *)((uintptr_t)gguf_file_bytes(gguf_model_meta(r.m)) & ~(uintptr_t)4095),
             gguf_file_size(gguf_model_meta(r.m)), MADV_DONTNEED);
+    const uint8_t *map = gguf_file_bytes(gguf_model_meta(r.m));
     for (int threads = 1; threads <= 4; threads += 3) {
-        fw_exec *c = real_exec(&r, threads, true);
+        fw_exec *c = real_exec(&r, threads, true, FW_SRC_READ);
         check_stream(c, gate, gcopy, 0, gate->ne[1], 1, false, "read, gate");
         check_stream(c, gate, gcopy, 301, 1777, 6, true, "read, gate rows");
         check_stream(c, down, dcopy, 0, down->ne[1], 4, false, "read, down");
+        ck_assert_int_eq(fw_stream_source(c->stream), FW_SRC_READ);
         fw_exec_free(c);
     }
     /* nothing of the file was mapped by the read path */
-    ck_assert_msg(mapping_rss(gguf_file_bytes(gguf_model_meta(r.m))) <= 64 * 1024,
-                  "%ld bytes of the model mapped",
-                  mapping_rss(gguf_file_bytes(gguf_model_meta(r.m))));
-    /* the same rows through the mapping (pages kept): the same bits */
-    fw_exec *c = real_exec(&r, 3, false);
+    ck_assert_msg(mapping_rss(map) <= 64 * 1024, "%ld bytes of the model mapped",
+                  mapping_rss(map));
+    /* mapped windows, dropped: the same bits, little left mapped */
+    fw_exec *c = real_exec(&r, 3, true, FW_SRC_MAP);
+    check_stream(c, gate, gcopy, 301, 1777, 6, true, "mapped and dropped, gate rows");
+    check_stream(c, down, dcopy, 0, down->ne[1], 4, false, "mapped and dropped, down");
+    ck_assert_msg(mapping_rss(map) <= 1 << 20, "%ld bytes of the model mapped", mapping_rss(map));
+    fw_exec_free(c);
+    /* the probe settles on one of the two, with the same bits */
+    c = real_exec(&r, 2, true, FW_SRC_AUTO);
+    check_stream(c, down, dcopy, 0, down->ne[1], 2, false, "probed, down");
+    ck_assert(fw_stream_source(c->stream) == FW_SRC_MAP ||
+              fw_stream_source(c->stream) == FW_SRC_READ);
+    fw_exec_free(c);
+    /* the mapping with pages kept */
+    c = real_exec(&r, 3, false, FW_SRC_AUTO);
     check_stream(c, gate, gcopy, 301, 1777, 6, true, "mapped, gate rows");
     fw_exec_free(c);
     free(gcopy);
@@ -416,7 +432,7 @@ START_TEST(read_path_file_shrank)
     real_open(&r);
     const gguf_tensor *gate = gguf_model_get(r.m, 0, GGUF_ROLE_FFN_GATE);
     ck_assert_int_eq(truncate(r.path, (off_t)(gate->file_offset + gate->nbytes / 2)), 0);
-    fw_exec *c = real_exec(&r, 2, true);
+    fw_exec *c = real_exec(&r, 2, true, FW_SRC_READ);
     const int64_t n_in = gate->ne[0], rows = gate->ne[1];
     double *x = calloc((size_t)n_in, sizeof(double)), *y = calloc((size_t)rows, sizeof(double));
     gguf_error err;
