@@ -138,9 +138,13 @@ AVX2 static void k_q4_1(const uint8_t *s, float *y, int64_t nb)
 
 AVX2 static void k_q8_0(const uint8_t *s, float *y, int64_t nb)
 {
+    /* eight bytes at a time straight into the sign extension (vpmovsxbd from
+     * memory), without splitting a 32-byte load with shuffles */
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q8_0), y += 32) {
         const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q8_0, d)));
-        st32_i8_mul(y, _mm256_loadu_si256((const __m256i *)(s + OFF(gguf_block_q8_0, qs))), d);
+        const uint8_t *q = s + OFF(gguf_block_q8_0, qs);
+        for (int k = 0; k < 4; k++)
+            st8_i8_mul(y + 8 * k, _mm_loadl_epi64((const __m128i *)(q + 8 * k)), d);
     }
 }
 

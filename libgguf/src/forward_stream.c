@@ -51,7 +51,9 @@
 #define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL */
 #endif
 
-#define BLOCK_FLOATS (32u << 10) /* one row block: 128 KiB of floats, cache-resident */
+#define BLOCK_FLOATS (32u << 10) /* one row block: 128 KiB of floats, in L2 */
+#define BLOCK_FLOATS_1 (8u << 10) /* the same for 1-3 tokens: 32 KiB, in L1 (each float
+                                    is read once or thrice, no activations to share) */
 #define READ_BYTES (256u << 10)  /* one pread: a window of the read path */
 #define WINDOW_BYTES (4u << 20)  /* a window of the mapped path: mapped in and dropped at once */
 #define PART_WORK (1u << 17)     /* least weights x (tokens + 1) worth a thread */
@@ -366,7 +368,7 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
     j.nb_row = t->ne[0] / ti->block_size;
     j.src = t->data + (uint64_t)row0 * j.row_bytes;
     /* rows per block: a multiple of 4 (the one-token kernel takes 4 rows) */
-    j.block = (int64_t)BLOCK_FLOATS / j.n_in;
+    j.block = (int64_t)(n_tok < 4 ? BLOCK_FLOATS_1 : BLOCK_FLOATS) / j.n_in;
     j.block = j.block < 4 ? 4 : j.block & ~(int64_t)3;
     int fd;
     uint64_t off;
