@@ -111,19 +111,14 @@ void fw_stream_free(fw_stream *s)
     free(s);
 }
 
-fw_pool *fw_stream_pool(fw_stream *s)
-{
-    return s ? s->pool : NULL;
-}
-
 void fw_stream_set_source(fw_stream *s, int source)
 {
     atomic_store(&s->source, source);
 }
 
-int fw_stream_source(const fw_stream *s)
+int fw_stream_source(fw_stream *s)
 {
-    return atomic_load(&((fw_stream *)s)->source);
+    return atomic_load(&s->source);
 }
 
 int fw_exec_pool(fw_exec *c, fw_pool **out, gguf_error *err)

@@ -1,8 +1,8 @@
 /* The CPU forward pass on all cores: a persistent pool of worker threads
  * (forward_pool.c) and the streaming matmul over a file tensor
  * (forward_stream.c), which dequantizes each thread's rows a cache-sized
- * block at a time right before multiplying them, maps the file's pages in
- * large steps ahead of use and drops them in large steps after. Not
+ * block at a time right before multiplying them, their bytes read from the
+ * page cache in large windows (pread, or mapped in and dropped). Not
  * installed. */
 #ifndef GGUF_FORWARD_STREAM_H
 #define GGUF_FORWARD_STREAM_H
@@ -28,9 +28,9 @@ int fw_pool_create(fw_pool **out, int n_threads, gguf_error *err);
 void fw_pool_free(fw_pool *p);
 /* Threads of the pool, the caller included (1 for NULL). */
 int fw_pool_threads(const fw_pool *p);
-/* Run fn over n_parts parts (at most fw_pool_threads) and return when all
- * are done. One caller at a time; NULL pool or one part: the caller runs
- * them all. */
+/* Run fn over n_parts parts and return when all are done; thread i takes
+ * parts i, i + threads, ... One caller at a time; NULL pool or one part:
+ * the caller runs them all. */
 void fw_pool_run(fw_pool *p, int n_parts, fw_part_fn fn, void *arg);
 
 /* ---- streaming a file tensor through a matmul (forward_stream.c) ---- */
@@ -38,13 +38,13 @@ void fw_pool_run(fw_pool *p, int n_parts, fw_part_fn fn, void *arg);
 struct fw_exec;
 typedef struct fw_stream fw_stream;
 
-/* The pool and per-thread buffers of an executor, made on first use. */
+/* The pool and per-thread buffers of an executor (fw_exec_create makes
+ * them; fw_exec_pool on first use for an executor made by hand). */
 int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err);
 void fw_stream_free(fw_stream *s);
-fw_pool *fw_stream_pool(fw_stream *s);
 
-/* The executor's pool, made with the stream on first use: NULL with one
- * thread (fw_pool_run runs every part on the caller then). */
+/* The executor's pool: NULL with one thread (fw_pool_run runs every part
+ * on the caller then). */
 int fw_exec_pool(struct fw_exec *c, fw_pool **out, gguf_error *err);
 
 /* Run fn over [0, n) in contiguous ranges on c's threads; ranges of at least
@@ -60,7 +60,7 @@ int fw_exec_parallel(struct fw_exec *c, int64_t n, int64_t min_per_part,
  * buffers) where it sits in small pages. Tests force one. */
 enum { FW_SRC_AUTO = 0, FW_SRC_MAP = 1, FW_SRC_READ = 2 };
 void fw_stream_set_source(fw_stream *s, int source);
-int fw_stream_source(const fw_stream *s);
+int fw_stream_source(fw_stream *s);
 
 /* y[t][o] = W[o] . x[t] (+ bias[o]) for rows [row0, row0 + n_rows) of file
  * tensor t (a matrix of rows t->ne[0] wide) and n_tok rows of x (xs apart),
@@ -68,7 +68,9 @@ int fw_stream_source(const fw_stream *s);
  * computes it, whatever the thread count. Counts the bytes read, the floats
  * dequantized and the buffers resident in c's statistics.
  * @return 0; GGUF_E_BAD_TYPE / GGUF_E_BAD_SHAPE for a tensor the dequant
- *         module refuses; GGUF_E_NOMEM. */
+ *         module refuses; GGUF_E_NOMEM; on the read path GGUF_E_IO (a read
+ *         failed, sys_errno set) and GGUF_E_TRUNCATED (the file shrank after
+ *         it was opened), naming the file, the tensor and the offset. */
 int fw_stream_mm(struct fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
                  const gguf_tensor *t, int64_t row0, int64_t n_rows, const float *bias,
                  int64_t n_tok, gguf_error *err);
