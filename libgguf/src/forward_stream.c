@@ -68,6 +68,8 @@ struct fw_stream {
     size_t buf_floats, raw_bytes;
     atomic_int no_populate; /* the kernel refused MADV_POPULATE_READ */
     atomic_int source;      /* FW_SRC_*: how dropped file tensors are read */
+    double *scratch[FW_SCRATCH_SLOTS];
+    size_t scratch_n[FW_SCRATCH_SLOTS];
 };
 
 int fw_stream_create(fw_stream **out, int n_threads, gguf_error *err)
@@ -108,6 +110,8 @@ void fw_stream_free(fw_stream *s)
     }
     free(s->buf);
     free(s->raw);
+    for (int i = 0; i < FW_SCRATCH_SLOTS; i++)
+        free(s->scratch[i]);
     free(s);
 }
 
@@ -129,6 +133,20 @@ int fw_exec_pool(fw_exec *c, fw_pool **out, gguf_error *err)
         return rc;
     *out = c->stream->pool;
     return 0;
+}
+
+double *fw_exec_scratch(fw_exec *c, int slot, size_t n)
+{
+    fw_pool *pool;
+    if (slot < 0 || slot >= FW_SCRATCH_SLOTS || fw_exec_pool(c, &pool, NULL))
+        return NULL;
+    fw_stream *s = c->stream;
+    if (n > s->scratch_n[slot]) {
+        free(s->scratch[slot]);
+        s->scratch[slot] = fw_xcalloc(n, sizeof(double));
+        s->scratch_n[slot] = s->scratch[slot] ? n : 0;
+    }
+    return s->scratch[slot];
 }
 
 typedef struct range_job {

@@ -53,6 +53,14 @@ int fw_exec_parallel(struct fw_exec *c, int64_t n, int64_t min_per_part,
                      void (*fn)(void *arg, int64_t begin, int64_t end), void *arg,
                      gguf_error *err);
 
+/* A buffer of at least n doubles in `slot` (0..FW_SCRATCH_SLOTS-1), kept
+ * for the context's life and handed out again: for activations every block
+ * needs anew (fresh ones cost a page fault per 4 KiB in every block and an
+ * unmap after). Its contents are left over from the last use. NULL when out
+ * of memory or for a bad slot. */
+#define FW_SCRATCH_SLOTS 2
+double *fw_exec_scratch(struct fw_exec *c, int slot, size_t n);
+
 /* How tensors of the model's file are read when pages are dropped:
  * FW_SRC_AUTO probes the page cache on the first tensor of 1 MiB or more and
  * settles on FW_SRC_MAP (the mapping, windows mapped in and dropped) where
