@@ -71,16 +71,6 @@ AVX2 static inline void st8_i8_mul_add(float *y, __m128i v, __m256 d, __m256 m)
     _mm256_storeu_ps(y, nan_first8(_mm256_add_ps(p, m), p, m));
 }
 
-/* 32 signed bytes times d */
-AVX2 static inline void st32_i8_mul(float *y, __m256i v, __m256 d)
-{
-    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-    st8_i8_mul(y, lo, d);
-    st8_i8_mul(y + 8, _mm_srli_si128(lo, 8), d);
-    st8_i8_mul(y + 16, hi, d);
-    st8_i8_mul(y + 24, _mm_srli_si128(hi, 8), d);
-}
-
 /* ---- plain types ---- */
 
 AVX2 static void k_f16(const uint8_t *s, float *y, int64_t n)
