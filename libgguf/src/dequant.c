@@ -180,6 +180,11 @@ static int pick_kernel(int path, uint32_t type, gguf_dequant_fn *out, gguf_error
     return GGUF_OK;
 }
 
+int gguf_dequant_kernel(int path, uint32_t type, gguf_dequant_fn *out, gguf_error *err)
+{
+    return pick_kernel(path, type, out, err);
+}
+
 static int check_row(uint32_t type, int64_t n, int64_t *n_blocks, gguf_error *err)
 {
     const gguf_type_info *ti = gguf_type_get(type);

@@ -7,8 +7,10 @@
  * element is computed by the same IEEE operations in the same order: integer
  * to float conversion (exact for these small integers), then one multiply
  * (and for the K-quants a multiply and a subtract, never fused: "fma" is
- * deliberately not in the target list). Scales are decoded with the scalar
- * helpers, so F16 scale conversion is shared, not re-implemented.
+ * deliberately not in the target list). F16 scales are converted by F16C
+ * (vcvtph2ps), which gives the reference's gguf_fp16_to_fp32 bits for every
+ * half, NaN payloads and subnormals included (tests/unit/test_dequant.c
+ * checks all 65536), at a fraction of the scalar helper's cost per block.
  *
  * Types without a kernel here use the reference under this path.
  */
@@ -24,6 +26,12 @@
 
 #define AVX2 __attribute__((target("avx2,f16c")))
 #define OFF(type, field) offsetof(type, field)
+
+/* A little-endian F16 field (a block scale) as a float. */
+AVX2 static inline float rd_f16c(const uint8_t *p)
+{
+    return _cvtsh_ss(gguf_rd_u16(p));
+}
 
 /* ---- helpers: 8 int8 or int32 lanes -> scaled floats ---- */
 
@@ -63,16 +71,6 @@ AVX2 static inline void st8_i8_mul_add(float *y, __m128i v, __m256 d, __m256 m)
     _mm256_storeu_ps(y, nan_first8(_mm256_add_ps(p, m), p, m));
 }
 
-/* 32 signed bytes times d */
-AVX2 static inline void st32_i8_mul(float *y, __m256i v, __m256 d)
-{
-    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-    st8_i8_mul(y, lo, d);
-    st8_i8_mul(y + 8, _mm_srli_si128(lo, 8), d);
-    st8_i8_mul(y + 16, hi, d);
-    st8_i8_mul(y + 24, _mm_srli_si128(hi, 8), d);
-}
-
 /* ---- plain types ---- */
 
 AVX2 static void k_f16(const uint8_t *s, float *y, int64_t n)
@@ -101,7 +99,7 @@ AVX2 static void k_q4_0(const uint8_t *s, float *y, int64_t nb)
 {
     const __m128i m4 = _mm_set1_epi8(15), e8 = _mm_set1_epi8(8);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q4_0), y += 32) {
-        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q4_0, d)));
+        const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q4_0, d)));
         const __m128i q = _mm_loadu_si128((const __m128i *)(s + OFF(gguf_block_q4_0, qs)));
         const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), e8);
         const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), e8);
@@ -116,8 +114,8 @@ AVX2 static void k_q4_1(const uint8_t *s, float *y, int64_t nb)
 {
     const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q4_1), y += 32) {
-        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q4_1, d)));
-        const __m256 m = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q4_1, m)));
+        const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q4_1, d)));
+        const __m256 m = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q4_1, m)));
         const __m128i q = _mm_loadu_si128((const __m128i *)(s + OFF(gguf_block_q4_1, qs)));
         const __m128i lo = _mm_and_si128(q, m4);
         const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
@@ -130,9 +128,13 @@ AVX2 static void k_q4_1(const uint8_t *s, float *y, int64_t nb)
 
 AVX2 static void k_q8_0(const uint8_t *s, float *y, int64_t nb)
 {
+    /* eight bytes at a time straight into the sign extension (vpmovsxbd from
+     * memory), without splitting a 32-byte load with shuffles */
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q8_0), y += 32) {
-        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q8_0, d)));
-        st32_i8_mul(y, _mm256_loadu_si256((const __m256i *)(s + OFF(gguf_block_q8_0, qs))), d);
+        const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q8_0, d)));
+        const uint8_t *q = s + OFF(gguf_block_q8_0, qs);
+        for (int k = 0; k < 4; k++)
+            st8_i8_mul(y + 8 * k, _mm_loadl_epi64((const __m128i *)(q + 8 * k)), d);
     }
 }
 
@@ -144,8 +146,8 @@ AVX2 static void k_q2_k(const uint8_t *s, float *y, int64_t nb)
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q2_k), y += 256) {
         const uint8_t *sc = s + OFF(gguf_block_q2_k, scales);
         const uint8_t *qs = s + OFF(gguf_block_q2_k, qs);
-        const float d = gguf_rd_f16(s + OFF(gguf_block_q2_k, d));
-        const float dmin = gguf_rd_f16(s + OFF(gguf_block_q2_k, dmin));
+        const float d = rd_f16c(s + OFF(gguf_block_q2_k, d));
+        const float dmin = rd_f16c(s + OFF(gguf_block_q2_k, dmin));
         for (int h = 0; h < 2; h++) {
             const __m128i q0 = _mm_loadu_si128((const __m128i *)(qs + 32 * h));
             const __m128i q1 = _mm_loadu_si128((const __m128i *)(qs + 32 * h + 16));
@@ -182,7 +184,7 @@ AVX2 static void k_q3_k(const uint8_t *s, float *y, int64_t nb)
         const uint8_t *hm = s + OFF(gguf_block_q3_k, hmask);
         const uint8_t *qs = s + OFF(gguf_block_q3_k, qs);
         const uint8_t *sc = s + OFF(gguf_block_q3_k, scales);
-        const float d = gguf_rd_f16(s + OFF(gguf_block_q3_k, d));
+        const float d = rd_f16c(s + OFF(gguf_block_q3_k, d));
         const __m128i h0 = _mm_loadu_si128((const __m128i *)hm);
         const __m128i h1 = _mm_loadu_si128((const __m128i *)(hm + 16));
         for (int h = 0; h < 2; h++) {
@@ -236,8 +238,8 @@ AVX2 static void k_q4_k(const uint8_t *s, float *y, int64_t nb)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q4_k), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_q4_k, d));
-        const float dmin = gguf_rd_f16(s + OFF(gguf_block_q4_k, dmin));
+        const float d = rd_f16c(s + OFF(gguf_block_q4_k, d));
+        const float dmin = rd_f16c(s + OFF(gguf_block_q4_k, dmin));
         const uint8_t *sc = s + OFF(gguf_block_q4_k, scales);
         const uint8_t *qs = s + OFF(gguf_block_q4_k, qs);
         for (int c = 0; c < 4; c++) {
@@ -258,8 +260,8 @@ AVX2 static void k_q5_k(const uint8_t *s, float *y, int64_t nb)
 {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q5_k), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_q5_k, d));
-        const float dmin = gguf_rd_f16(s + OFF(gguf_block_q5_k, dmin));
+        const float d = rd_f16c(s + OFF(gguf_block_q5_k, d));
+        const float dmin = rd_f16c(s + OFF(gguf_block_q5_k, dmin));
         const uint8_t *sc = s + OFF(gguf_block_q5_k, scales);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(s + OFF(gguf_block_q5_k, qh)));
         const uint8_t *qs = s + OFF(gguf_block_q5_k, qs);
@@ -287,7 +289,7 @@ AVX2 static void k_q6_k(const uint8_t *s, float *y, int64_t nb)
         const uint8_t *ql = s + OFF(gguf_block_q6_k, ql);
         const uint8_t *qh = s + OFF(gguf_block_q6_k, qh);
         const uint8_t *sc = s + OFF(gguf_block_q6_k, scales);
-        const float d = gguf_rd_f16(s + OFF(gguf_block_q6_k, d));
+        const float d = rd_f16c(s + OFF(gguf_block_q6_k, d));
         for (int h = 0; h < 2; h++) {
             const __m256i hh = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
             for (int c = 0; c < 4; c++) {
@@ -319,7 +321,7 @@ AVX2 static void k_iq4_nl(const uint8_t *s, float *y, int64_t nb)
 {
     const __m128i tab = lut16(gguf_iq4nl_values), m4 = _mm_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq4_nl), y += 32) {
-        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_iq4_nl, d)));
+        const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_iq4_nl, d)));
         const __m128i q = _mm_loadu_si128((const __m128i *)(s + OFF(gguf_block_iq4_nl, qs)));
         const __m128i lo = _mm_shuffle_epi8(tab, _mm_and_si128(q, m4));
         const __m128i hi = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
@@ -334,7 +336,7 @@ AVX2 static void k_iq4_xs(const uint8_t *s, float *y, int64_t nb)
 {
     const __m128i tab = lut16(gguf_iq4nl_values), m4 = _mm_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq4_xs), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_iq4_xs, d));
+        const float d = rd_f16c(s + OFF(gguf_block_iq4_xs, d));
         const uint16_t sh = gguf_rd_u16(s + OFF(gguf_block_iq4_xs, scales_h));
         const uint8_t *sl = s + OFF(gguf_block_iq4_xs, scales_l);
         const uint8_t *qs = s + OFF(gguf_block_iq4_xs, qs);
@@ -411,7 +413,7 @@ AVX2 static void k_q5_0(const uint8_t *s, float *y, int64_t nb)
 {
     const __m128i m4 = _mm_set1_epi8(15), e16 = _mm_set1_epi8(16);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q5_0), y += 32) {
-        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q5_0, d)));
+        const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q5_0, d)));
         const __m256i hb = q5_high_bits(gguf_rd_u32(s + OFF(gguf_block_q5_0, qh)));
         const __m128i q = _mm_loadu_si128((const __m128i *)(s + OFF(gguf_block_q5_0, qs)));
         const __m128i lo = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(q, m4), _mm256_castsi256_si128(hb)), e16);
@@ -428,8 +430,8 @@ AVX2 static void k_q5_1(const uint8_t *s, float *y, int64_t nb)
 {
     const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q5_1), y += 32) {
-        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q5_1, d)));
-        const __m256 m = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_q5_1, m)));
+        const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q5_1, d)));
+        const __m256 m = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_q5_1, m)));
         const __m256i hb = q5_high_bits(gguf_rd_u32(s + OFF(gguf_block_q5_1, qh)));
         const __m128i q = _mm_loadu_si128((const __m128i *)(s + OFF(gguf_block_q5_1, qs)));
         const __m128i lo = _mm_or_si128(_mm_and_si128(q, m4), _mm256_castsi256_si128(hb));
@@ -448,7 +450,7 @@ AVX2 static void k_tq2_0(const uint8_t *s, float *y, int64_t nb)
     const __m128i m3 = _mm_set1_epi8(3), one = _mm_set1_epi8(1);
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_tq2_0), y += 256) {
         const uint8_t *qs = s + OFF(gguf_block_tq2_0, qs);
-        const __m256 d = _mm256_set1_ps(gguf_rd_f16(s + OFF(gguf_block_tq2_0, d)));
+        const __m256 d = _mm256_set1_ps(rd_f16c(s + OFF(gguf_block_tq2_0, d)));
         for (int h = 0; h < 2; h++) {
             const __m128i q0 = _mm_loadu_si128((const __m128i *)(qs + 32 * h));
             const __m128i q1 = _mm_loadu_si128((const __m128i *)(qs + 32 * h + 16));
@@ -476,7 +478,7 @@ AVX2 static inline __m256 bits8_mask(unsigned b)
 AVX2 static void k_q1_0(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_q1_0), y += 128) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_q1_0, d));
+        const float d = rd_f16c(s + OFF(gguf_block_q1_0, d));
         const __m256 pd = _mm256_set1_ps(d), nd = _mm256_set1_ps(-d);
         const uint8_t *qs = s + OFF(gguf_block_q1_0, qs);
         for (int k = 0; k < 16; k++)
@@ -513,7 +515,7 @@ AVX2 static inline void st_grid(float *o, __m256 db, __m256 g, unsigned signs)
 AVX2 static void k_iq2_xxs(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq2_xxs), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_iq2_xxs, d));
+        const float d = rd_f16c(s + OFF(gguf_block_iq2_xxs, d));
         const uint8_t *q = s + OFF(gguf_block_iq2_xxs, qs);
         for (int ib = 0; ib < 8; ib++) {
             const uint32_t aux = gguf_rd_u32(q + 8 * ib + 4);
@@ -528,7 +530,7 @@ AVX2 static void k_iq2_xxs(const uint8_t *s, float *y, int64_t nb)
 AVX2 static void k_iq2_xs(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq2_xs), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_iq2_xs, d));
+        const float d = rd_f16c(s + OFF(gguf_block_iq2_xs, d));
         const uint8_t *q = s + OFF(gguf_block_iq2_xs, qs);
         const uint8_t *sc = s + OFF(gguf_block_iq2_xs, scales);
         for (int ib = 0; ib < 8; ib++) {
@@ -546,7 +548,7 @@ AVX2 static void k_iq2_xs(const uint8_t *s, float *y, int64_t nb)
 AVX2 static void k_iq2_s(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq2_s), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_iq2_s, d));
+        const float d = rd_f16c(s + OFF(gguf_block_iq2_s, d));
         const uint8_t *qs = s + OFF(gguf_block_iq2_s, qs);
         const uint8_t *qh = s + OFF(gguf_block_iq2_s, qh);
         const uint8_t *sc = s + OFF(gguf_block_iq2_s, scales);
@@ -565,7 +567,7 @@ AVX2 static void k_iq2_s(const uint8_t *s, float *y, int64_t nb)
 AVX2 static void k_iq3_xxs(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq3_xxs), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_iq3_xxs, d));
+        const float d = rd_f16c(s + OFF(gguf_block_iq3_xxs, d));
         const uint8_t *qs = s + OFF(gguf_block_iq3_xxs, qs);
         for (int ib = 0; ib < 8; ib++) {
             const uint32_t aux = gguf_rd_u32(qs + 64 + 4 * ib);
@@ -581,7 +583,7 @@ AVX2 static void k_iq3_xxs(const uint8_t *s, float *y, int64_t nb)
 AVX2 static void k_iq3_s(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq3_s), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_iq3_s, d));
+        const float d = rd_f16c(s + OFF(gguf_block_iq3_s, d));
         const uint8_t *qs = s + OFF(gguf_block_iq3_s, qs);
         const uint8_t *qh = s + OFF(gguf_block_iq3_s, qh);
         const uint8_t *signs = s + OFF(gguf_block_iq3_s, signs);
@@ -608,7 +610,7 @@ AVX2 static inline void st_iq1(float *o, __m256 dl, const int8_t *g, __m256 delt
 AVX2 static void k_iq1_s(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, s += sizeof(gguf_block_iq1_s), y += 256) {
-        const float d = gguf_rd_f16(s + OFF(gguf_block_iq1_s, d));
+        const float d = rd_f16c(s + OFF(gguf_block_iq1_s, d));
         const uint8_t *qs = s + OFF(gguf_block_iq1_s, qs);
         const uint8_t *qhp = s + OFF(gguf_block_iq1_s, qh);
         for (int ib = 0; ib < 8; ib++) {

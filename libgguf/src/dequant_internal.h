@@ -19,6 +19,13 @@ gguf_dequant_fn gguf_dequant_scalar_kernel(uint32_t type);
  * (the caller then uses the reference, which is what the path means for it). */
 gguf_dequant_fn gguf_dequant_avx2_kernel(uint32_t type);
 
+/* The kernel `path` runs for `type` (AUTO: the best this CPU has), with the
+ * checks every entry point makes; for callers that dequantize many small
+ * pieces (the forward pass, a cache-sized block of rows at a time) and would
+ * otherwise pay the type and CPU checks per piece. @return as
+ * gguf_dequant_row_path. */
+int gguf_dequant_kernel(int path, uint32_t type, gguf_dequant_fn *out, gguf_error *err);
+
 /* Little-endian field readers: file bytes are never read through casts. */
 static inline uint16_t gguf_rd_u16(const uint8_t *p)
 {

@@ -8,6 +8,7 @@
 
 #include "error_internal.h"
 #include "forward_exec.h"
+#include "forward_stream.h"
 
 static int less_than_a_head(int64_t il, int r, gguf_error *err)
 {
@@ -16,6 +17,28 @@ static int less_than_a_head(int64_t il, int r, gguf_error *err)
 }
 
 /* ------------------------------------------------------------ GQA */
+
+/* The heads of every query row on all threads: item i is (token i / nh,
+ * head i % nh), dealt round-robin because later tokens see more keys. */
+typedef struct gqa_job {
+    double *o, *sc;
+    const double *q, *K, *V;
+    int64_t nh, nkv, dk, dv, dvh, kw, vw, n_past, n, sc_len;
+    double scale;
+    int prec;
+} gqa_job;
+
+static void gqa_part(void *arg, int part, int n_parts)
+{
+    const gqa_job *j = arg;
+    double *sc = j->sc + part * j->sc_len;
+    for (int64_t i = part; i < j->n * j->nh; i += n_parts) {
+        const int64_t t = i / j->nh, h = i % j->nh, g = h * j->nkv / j->nh;
+        fw_attn_head(j->o + i * j->dv, j->q + i * j->dk, j->K + g * j->dk, j->kw,
+                     j->V + g * j->dvh, j->vw, j->n_past + t + 1, NULL, j->dk, j->dv, j->scale,
+                     sc, j->prec);
+    }
+}
 
 static int attn_gqa(fw_exec *c, int r, int64_t il, const double *cur, int64_t n, double *out,
                     gguf_error *err)
@@ -50,9 +73,17 @@ static int attn_gqa(fw_exec *c, int r, int64_t il, const double *cur, int64_t n,
     fw_kv *L;
     if ((rc = fw_kv_reserve(c, r, il, nkv * dk, vw, 0, &L, err)))
         goto done;
+    fw_pool *pool;
+    if ((rc = fw_exec_pool(c, &pool, err)))
+        goto done;
+    /* threads only for real work (one token over a short cache is microseconds) */
+    const double work = (double)n * (double)nh * (double)(c->n_past + n) * (double)(dk + dv);
+    int64_t parts = n * nh < fw_pool_threads(pool) ? n * nh : fw_pool_threads(pool);
+    if (work < 65536.0)
+        parts = 1;
     q = fw_xcalloc((size_t)(n * nh * dk), sizeof(double));
     o = fw_xcalloc((size_t)(n * nh * dv), sizeof(double));
-    sc = fw_xcalloc((size_t)(c->n_past + n), sizeof(double));
+    sc = fw_xcalloc((size_t)(parts * (c->n_past + n)), sizeof(double));
     if (!q || !o || !sc) {
         rc = fw_nomem(err, "attention");
         goto done;
@@ -67,23 +98,18 @@ static int attn_gqa(fw_exec *c, int r, int64_t il, const double *cur, int64_t n,
     if (fw_w_has(kn) && (rc = fw_norm_heads(c, kc, n, nkv, dk, L->kw, kn, err)))
         goto done;
     for (int64_t t = 0; t < n; t++) {
-        for (int64_t h = 0; h < nh; h++)
-            fw_rope_apply(&c->rt.rope, q + (t * nh + h) * dk, c->n_past + t, prec);
-        for (int64_t h = 0; h < nkv; h++)
-            fw_rope_apply(&c->rt.rope, kc + t * L->kw + h * dk, c->n_past + t, prec);
+        fw_rope_apply_heads(&c->rt.rope, q + t * nh * dk, nh, dk, c->n_past + t, prec);
+        fw_rope_apply_heads(&c->rt.rope, kc + t * L->kw, nkv, dk, c->n_past + t, prec);
     }
     /* query head h reads kv head h * nkv / nh (h / (nh / nkv) when it divides);
      * a rank whose value slice is narrower than a head (a broken plan) gets
      * nothing from it */
     const int64_t dvh = vw / nkv;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t h = 0; h < nh; h++) {
-            const int64_t g = h * nkv / nh;
-            if (dvh >= dv)
-                fw_attn_head(o + (t * nh + h) * dv, q + (t * nh + h) * dk, L->k + g * dk, L->kw,
-                             L->v + g * dvh, L->vw, c->n_past + t + 1, NULL, dk, dv,
-                             c->rt.kq_scale, sc, prec);
-        }
+    if (dvh >= dv) {
+        gqa_job j = {o, sc, q, L->k, L->v, nh, nkv, dk, dv, dvh, L->kw, L->vw, c->n_past, n,
+                     c->n_past + n, c->rt.kq_scale, prec};
+        fw_pool_run(pool, (int)parts, gqa_part, &j);
+    }
     rc = fw_mm(c, out, E, o, nh * dv, 0, wo, NULL, n, err);
 done:
     free(q);

@@ -22,6 +22,7 @@
 
 #include "error_internal.h"
 #include "forward_exec.h"
+#include "forward_stream.h"
 
 /* ------------------------------------------------------------ collectives */
 
@@ -68,6 +69,11 @@ int fw_exec_create(fw_exec **out, const gguf_model *m, const gguf_shard_plan *pl
     fw_runtime_init(&c->rt, &c->s, plan ? gguf_shard_plan_runtime(plan) : NULL);
     c->page = sysconf(_SC_PAGESIZE);
     c->dq.n_threads = c->s.o.n_threads;
+    /* the threads start here, not inside the first eval */
+    if ((rc = fw_stream_create(&c->stream, c->s.o.n_threads, err))) {
+        fw_exec_free(c);
+        return rc;
+    }
     const int64_t nl = c->s.hp->n_layer > 0 ? c->s.hp->n_layer : 1;
     c->kv = calloc((size_t)(c->tp * nl), sizeof *c->kv);
     c->x = calloc((size_t)c->tp, sizeof *c->x);
@@ -94,6 +100,7 @@ void fw_exec_free(fw_exec *c)
             free(c->x[r]);
     free(c->kv);
     free(c->x);
+    fw_stream_free(c->stream);
     fw_setup_free(&c->s);
     free(c);
 }

@@ -33,6 +33,8 @@ typedef struct fw_exec {
     uint64_t resident;           /* dequantized weight bytes alive now */
     gguf_dequant_opts dq;
     long page;
+    struct fw_stream *stream;    /* threads and buffers of fw_mm over file tensors
+                                    (forward_stream.c), made on first use */
 } fw_exec;
 
 /* The rank number captures carry: -1 for the single-rank reference. */

@@ -5,25 +5,40 @@
 
 #include "error_internal.h"
 #include "forward_exec.h"
+#include "forward_stream.h"
+
+typedef struct swiglu_job {
+    double *hg;
+    const double *hu;
+    int prec;
+} swiglu_job;
+
+static void swiglu_range(void *arg, int64_t b, int64_t e)
+{
+    const swiglu_job *j = arg;
+    fw_swiglu(j->hg + b, j->hg + b, j->hu + b, e - b, j->prec);
+}
 
 /* out [n][E] = down(silu(gate x) * up x): gate/up ne = [E, ff], down
- * ne = [ff', E] (ff' != ff only under a broken plan: the common part). */
+ * ne = [ff', E] (ff' != ff only under a broken plan: the common part).
+ * gate x and up x go to the context's scratch (every block needs them
+ * again); the matmuls write every element of them (gate and up have ff
+ * rows each), so what a buffer held before never shows. */
 static int swiglu(fw_exec *c, const fw_w *g, const fw_w *u, const fw_w *d, const double *x,
                   int64_t n, double *out, gguf_error *err)
 {
     const int64_t E = c->s.hp->n_embd, ff = fw_w_rows(g);
-    double *hg = fw_xcalloc((size_t)(n * ff), sizeof(double));
-    double *hu = fw_xcalloc((size_t)(n * ff), sizeof(double));
-    int rc = 0;
+    double *hg = fw_exec_scratch(c, 0, (size_t)(n * ff));
+    double *hu = fw_exec_scratch(c, 1, (size_t)(n * ff));
     if (!hg || !hu)
-        rc = fw_nomem(err, "FFN");
-    if (!rc && !(rc = fw_mm(c, hg, ff, x, E, 0, g, NULL, n, err)) &&
+        return fw_nomem(err, "FFN");
+    int rc;
+    if (!(rc = fw_mm(c, hg, ff, x, E, 0, g, NULL, n, err)) &&
         !(rc = fw_mm(c, hu, ff, x, E, 0, u, NULL, n, err))) {
-        fw_swiglu(hg, hg, hu, n * ff, c->s.prec);
-        rc = fw_mm(c, out, E, hg, ff, 0, d, NULL, n, err);
+        swiglu_job j = {hg, hu, c->s.prec};
+        if (!(rc = fw_exec_parallel(c, n * ff, 4096, swiglu_range, &j, err)))
+            rc = fw_mm(c, out, E, hg, ff, 0, d, NULL, n, err);
     }
-    free(hg);
-    free(hu);
     return rc;
 }
 

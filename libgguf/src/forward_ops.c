@@ -177,44 +177,144 @@ static void mm_range(void *arg, int64_t o0, int64_t o1)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-/* The same operations with AVX: one 4-lane accumulator per token holds the
- * partial sums s0..s3 (lane = i mod 4), so the results are bit-identical to
- * dot_fd / dot_fd4 (no FMA: products and sums are rounded separately, as in
- * the plain C). */
+/* The same operations with AVX: one 4-lane accumulator per (row, token)
+ * holds the partial sums s0..s3 (lane = i mod 4), so the results are
+ * bit-identical to dot_fd / dot_fd4 (no FMA: products and sums are rounded
+ * separately, as in the plain C). How the accumulators are grouped only
+ * decides what shares a load: two rows by four tokens (two weight loads, four
+ * activation loads, eight independent chains), or for the tokens left over
+ * (all of them when decoding one token) four rows by one token, so that
+ * the add latency of one chain is never the limit. Rows are taken in blocks
+ * small enough to stay in cache while every token group passes over them. */
+#define MM_BLOCK_FLOATS 32768 /* 128 KiB of weights per row block */
+
+__attribute__((target("avx2"))) static inline __m256d mm_w4(const float *w)
+{
+    return _mm256_cvtps_pd(_mm_loadu_ps(w));
+}
+
+/* s0 + tail, then (s0 + s1) + (s2 + s3); bias and rounding as mm_range. */
+__attribute__((target("avx2"))) static inline void mm_put(const mm_job *j, __m256d acc,
+                                                          const float *w, const double *x,
+                                                          int64_t o, int64_t t)
+{
+    double l[4];
+    _mm256_storeu_pd(l, acc);
+    double s0 = l[0];
+    for (int64_t i = j->n_in & ~(int64_t)3; i < j->n_in; i++)
+        s0 += (double)w[i] * x[i];
+    double s = (s0 + l[1]) + (l[2] + l[3]);
+    if (j->bias)
+        s = rnd(s, j->prec) + (double)j->bias[o];
+    j->y[t * j->ys + o] = rnd(s, j->prec);
+}
+
+/* rows o, o+1 by tokens t..t+3 */
+__attribute__((target("avx2"))) static void mm_r2t4(const mm_job *j, int64_t o, int64_t t)
+{
+    const int64_t n4 = j->n_in & ~(int64_t)3;
+    const float *w0 = j->W + o * j->n_in, *w1 = w0 + j->n_in;
+    const double *x0 = j->x + t * j->xs, *x1 = x0 + j->xs, *x2 = x1 + j->xs, *x3 = x2 + j->xs;
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    __m256d b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int64_t i = 0; i < n4; i += 4) {
+        const __m256d u = mm_w4(w0 + i), v = mm_w4(w1 + i);
+        __m256d xv = _mm256_loadu_pd(x0 + i);
+        a0 = _mm256_add_pd(a0, _mm256_mul_pd(u, xv));
+        b0 = _mm256_add_pd(b0, _mm256_mul_pd(v, xv));
+        xv = _mm256_loadu_pd(x1 + i);
+        a1 = _mm256_add_pd(a1, _mm256_mul_pd(u, xv));
+        b1 = _mm256_add_pd(b1, _mm256_mul_pd(v, xv));
+        xv = _mm256_loadu_pd(x2 + i);
+        a2 = _mm256_add_pd(a2, _mm256_mul_pd(u, xv));
+        b2 = _mm256_add_pd(b2, _mm256_mul_pd(v, xv));
+        xv = _mm256_loadu_pd(x3 + i);
+        a3 = _mm256_add_pd(a3, _mm256_mul_pd(u, xv));
+        b3 = _mm256_add_pd(b3, _mm256_mul_pd(v, xv));
+    }
+    mm_put(j, a0, w0, x0, o, t);
+    mm_put(j, a1, w0, x1, o, t + 1);
+    mm_put(j, a2, w0, x2, o, t + 2);
+    mm_put(j, a3, w0, x3, o, t + 3);
+    mm_put(j, b0, w1, x0, o + 1, t);
+    mm_put(j, b1, w1, x1, o + 1, t + 1);
+    mm_put(j, b2, w1, x2, o + 1, t + 2);
+    mm_put(j, b3, w1, x3, o + 1, t + 3);
+}
+
+/* row o by tokens t..t+3 */
+__attribute__((target("avx2"))) static void mm_r1t4(const mm_job *j, int64_t o, int64_t t)
+{
+    const int64_t n4 = j->n_in & ~(int64_t)3;
+    const float *w = j->W + o * j->n_in;
+    const double *x0 = j->x + t * j->xs, *x1 = x0 + j->xs, *x2 = x1 + j->xs, *x3 = x2 + j->xs;
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n4; i += 4) {
+        const __m256d u = mm_w4(w + i);
+        a0 = _mm256_add_pd(a0, _mm256_mul_pd(u, _mm256_loadu_pd(x0 + i)));
+        a1 = _mm256_add_pd(a1, _mm256_mul_pd(u, _mm256_loadu_pd(x1 + i)));
+        a2 = _mm256_add_pd(a2, _mm256_mul_pd(u, _mm256_loadu_pd(x2 + i)));
+        a3 = _mm256_add_pd(a3, _mm256_mul_pd(u, _mm256_loadu_pd(x3 + i)));
+    }
+    mm_put(j, a0, w, x0, o, t);
+    mm_put(j, a1, w, x1, o, t + 1);
+    mm_put(j, a2, w, x2, o, t + 2);
+    mm_put(j, a3, w, x3, o, t + 3);
+}
+
+/* rows o..o+3 by token t */
+__attribute__((target("avx2"))) static void mm_r4t1(const mm_job *j, int64_t o, int64_t t)
+{
+    const int64_t n = j->n_in, n4 = n & ~(int64_t)3;
+    const float *w0 = j->W + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+    const double *x = j->x + t * j->xs;
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n4; i += 4) {
+        const __m256d xv = _mm256_loadu_pd(x + i);
+        a0 = _mm256_add_pd(a0, _mm256_mul_pd(mm_w4(w0 + i), xv));
+        a1 = _mm256_add_pd(a1, _mm256_mul_pd(mm_w4(w1 + i), xv));
+        a2 = _mm256_add_pd(a2, _mm256_mul_pd(mm_w4(w2 + i), xv));
+        a3 = _mm256_add_pd(a3, _mm256_mul_pd(mm_w4(w3 + i), xv));
+    }
+    mm_put(j, a0, w0, x, o, t);
+    mm_put(j, a1, w1, x, o + 1, t);
+    mm_put(j, a2, w2, x, o + 2, t);
+    mm_put(j, a3, w3, x, o + 3, t);
+}
+
+/* row o by token t */
+__attribute__((target("avx2"))) static void mm_r1t1(const mm_job *j, int64_t o, int64_t t)
+{
+    const int64_t n4 = j->n_in & ~(int64_t)3;
+    const float *w = j->W + o * j->n_in;
+    const double *x = j->x + t * j->xs;
+    __m256d a = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n4; i += 4)
+        a = _mm256_add_pd(a, _mm256_mul_pd(mm_w4(w + i), _mm256_loadu_pd(x + i)));
+    mm_put(j, a, w, x, o, t);
+}
+
 __attribute__((target("avx2"))) static void mm_range_avx2(void *arg, int64_t o0, int64_t o1)
 {
     const mm_job *j = arg;
-    const int64_t n = j->n_in, n4 = n & ~(int64_t)3;
-    for (int64_t o = o0; o < o1; o++) {
-        const float *w = j->W + o * n;
-        const double b = j->bias ? (double)j->bias[o] : 0.0;
-        for (int64_t t = 0; t < j->n_tok; t += 4) {
-            const int k = j->n_tok - t >= 4 ? 4 : (int)(j->n_tok - t);
-            const double *xr[4];
-            for (int u = 0; u < 4; u++)
-                xr[u] = j->x + (t + (u < k ? u : 0)) * j->xs;
-            __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-            for (int64_t i = 0; i < n4; i += 4) {
-                const __m256d wv = _mm256_cvtps_pd(_mm_loadu_ps(w + i));
-                a0 = _mm256_add_pd(a0, _mm256_mul_pd(wv, _mm256_loadu_pd(xr[0] + i)));
-                a1 = _mm256_add_pd(a1, _mm256_mul_pd(wv, _mm256_loadu_pd(xr[1] + i)));
-                a2 = _mm256_add_pd(a2, _mm256_mul_pd(wv, _mm256_loadu_pd(xr[2] + i)));
-                a3 = _mm256_add_pd(a3, _mm256_mul_pd(wv, _mm256_loadu_pd(xr[3] + i)));
-            }
-            double l[4][4];
-            _mm256_storeu_pd(l[0], a0);
-            _mm256_storeu_pd(l[1], a1);
-            _mm256_storeu_pd(l[2], a2);
-            _mm256_storeu_pd(l[3], a3);
-            for (int u = 0; u < k; u++) {
-                double s0 = l[u][0];
-                for (int64_t i = n4; i < n; i++)
-                    s0 += (double)w[i] * xr[u][i];
-                double s = (s0 + l[u][1]) + (l[u][2] + l[u][3]);
-                if (j->bias)
-                    s = rnd(s, j->prec) + b;
-                j->y[(t + u) * j->ys + o] = rnd(s, j->prec);
-            }
+    int64_t block = MM_BLOCK_FLOATS / (j->n_in > 0 ? j->n_in : 1);
+    block = block < 4 ? 4 : block & ~(int64_t)3;
+    const int64_t t4 = j->n_tok & ~(int64_t)3;
+    for (int64_t b0 = o0; b0 < o1; b0 += block) {
+        const int64_t b1 = o1 - b0 < block ? o1 : b0 + block;
+        for (int64_t t = 0; t < t4; t += 4) {
+            int64_t o = b0;
+            for (; o + 2 <= b1; o += 2)
+                mm_r2t4(j, o, t);
+            if (o < b1)
+                mm_r1t4(j, o, t);
+        }
+        for (int64_t t = t4; t < j->n_tok; t++) {
+            int64_t o = b0;
+            for (; o + 4 <= b1; o += 4)
+                mm_r4t1(j, o, t);
+            for (; o < b1; o++)
+                mm_r1t1(j, o, t);
         }
     }
 }
@@ -345,6 +445,12 @@ void fw_rope_init_yarn(fw_rope *r, int type, int64_t n_rot, double base, double 
 
 void fw_rope_apply(const fw_rope *r, double *x, int64_t pos, int prec)
 {
+    fw_rope_apply_heads(r, x, 1, 0, pos, prec);
+}
+
+void fw_rope_apply_heads(const fw_rope *r, double *x, int64_t n_heads, int64_t stride,
+                         int64_t pos, int prec)
+{
     const int64_t half = r->n_rot / 2;
     for (int64_t k = 0; k < half; k++) {
         double theta_extrap = (double)pos * pow(r->base, -2.0 * (double)k / (double)r->n_rot);
@@ -361,9 +467,12 @@ void fw_rope_apply(const fw_rope *r, double *x, int64_t pos, int prec)
         const double c = cos(theta) * r->mscale, s = sin(theta) * r->mscale;
         const int64_t i0 = r->type == GGUF_ROPE_HALF ? k : 2 * k;
         const int64_t i1 = r->type == GGUF_ROPE_HALF ? k + half : 2 * k + 1;
-        const double a = x[i0], b = x[i1];
-        x[i0] = rnd(a * c - b * s, prec);
-        x[i1] = rnd(a * s + b * c, prec);
+        for (int64_t h = 0; h < n_heads; h++) { /* one angle, every head */
+            double *xh = x + h * stride;
+            const double a = xh[i0], b = xh[i1];
+            xh[i0] = rnd(a * c - b * s, prec);
+            xh[i1] = rnd(a * s + b * c, prec);
+        }
     }
 }
 

@@ -63,6 +63,11 @@ void fw_rope_init_yarn(fw_rope *r, int type, int64_t n_rot, double base, double 
                        int64_t orig_ctx, double beta_fast, double beta_slow, double mscale);
 /* Rotate the first n_rot values of x (one head) for position pos. */
 void fw_rope_apply(const fw_rope *r, double *x, int64_t pos, int prec);
+/* The same on n_heads heads of x, stride apart, all at position pos: the
+ * angles are computed once for all of them (the same values, so the same
+ * bits as fw_rope_apply per head). */
+void fw_rope_apply_heads(const fw_rope *r, double *x, int64_t n_heads, int64_t stride,
+                         int64_t pos, int prec);
 
 /*
  * Causal attention of one query head over n_keys keys (positions 0..n_keys-1):

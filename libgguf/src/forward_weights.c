@@ -1,12 +1,12 @@
 /* Where the CPU executor's weights come from, and the two ops every weight
  * goes through (matmul, norm). Without a plan a weight is the file's tensor:
- * it is dequantized from the mmap right before the matmul that uses it, in
- * chunks of at most 32 MiB of floats, and freed right after (optionally
- * dropping the mapped pages), so RSS stays about one chunk of weights. A
- * model over an HF checkpoint streams the same way, its rows dequantized
- * (and put into GGUF layout) by gguf_model_tensor_rows. With a plan a weight
- * is the rank's slice, materialized as floats by the shard module, so every
- * cut and every injected fault comes from the plan. */
+ * a matmul streams it (forward_stream.c: each thread dequantizes a cache-sized
+ * block of its rows right before multiplying it, optionally dropping the
+ * mapped pages after), so RSS stays a few blocks per thread. A model over
+ * an HF checkpoint is dequantized (and put into GGUF layout) by
+ * gguf_model_tensor_rows in chunks of at most 32 MiB of floats. With
+ * a plan a weight is the rank's slice, materialized as floats by the shard
+ * module, so every cut and every injected fault comes from the plan. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +14,7 @@
 
 #include "error_internal.h"
 #include "forward_exec.h"
-
-/* Most floats a matmul dequantizes at once (rows are grouped up to this). */
-#define FW_CHUNK_FLOATS (8u << 20) /* 32 MiB */
+#include "forward_stream.h"
 
 static void note_resident(fw_exec *c, uint64_t floats)
 {
@@ -249,6 +247,9 @@ int fw_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xw, int64_
     }
     if (w->f) {
         fw_matmul(y, ys, xx, xs, w->f, b, n_in, n_out, n_tok, c->s.o.n_threads, c->s.prec);
+    } else if (!w->hf) {
+        /* dequantized a cache-sized block at a time on every thread */
+        rc = fw_stream_mm(c, y, ys, xx, xs, w->t, w->row0, n_out, b, n_tok, err);
     } else {
         int64_t chunk = (int64_t)FW_CHUNK_FLOATS / n_in;
         if (chunk < 1)

@@ -4,9 +4,10 @@
 # `ulimit -v`) of its file size + 150 MiB, and gives the same logits as
 # without the limit. The mmap of the file counts against RLIMIT_AS, so the
 # limit cannot go below the file size; what it proves is that the
-# dequantized model is never resident: only a bounded chunk of one tensor
-# (32 MiB) plus activations and the KV cache. A negative control (file
-# size + 10 MiB) must fail cleanly with exit 3 (environment: out of memory).
+# dequantized model is never resident: only a few cache-sized blocks of rows
+# per thread plus activations and the KV cache. A negative control (file
+# size + 10 MiB, a 64-token prompt whose logits alone need more) must fail
+# cleanly with exit 3 (environment: out of memory).
 source "$(dirname "$0")/lib.sh"
 R=$GGUFKIT_BIN/ref-forward
 [ -x "$GEN" ] || skip "gguf-gen is not built"
@@ -30,7 +31,8 @@ assert d["stats"]["peak_weight_bytes"] <= 33 * 2**20, d["stats"]
 a = np.load(sys.argv[2])
 assert a.shape == (4, 32000) and (a.std(axis=1) > 0).all()   # every row computed
 EOF
-( ulimit -v $(( (size + 10 * 1024 * 1024) / 1024 )); exec "$R" "$M" --tokens 1,2,3,4 -q ) \
+long=$(python3 -c "print(','.join(str(i * 37 % 31999 + 1) for i in range(64)))")
+( ulimit -v $(( (size + 10 * 1024 * 1024) / 1024 )); exec "$R" "$M" --tokens "$long" -q ) \
     >"$T/out" 2>"$T/err" && rc=0 || rc=$?
 [ "$rc" -eq 3 ] && pass || fail "negative control: exit $rc, wanted 3"
 contains "$T/err" "out of memory"

@@ -668,6 +668,19 @@ START_TEST(paths_special_scales)
 }
 END_TEST
 
+/* Every half through the F16 kernels: the AVX2 path converts block scales
+ * with F16C, which must equal gguf_fp16_to_fp32 for all 65536 bit patterns
+ * (NaN payloads, signalling NaNs, subnormals). */
+START_TEST(paths_f16_all)
+{
+    uint8_t *src = malloc(2 * 65536);
+    for (int h = 0; h < 65536; h++)
+        put16(src + 2 * h, (uint16_t)h);
+    compare_paths(GGUF_TYPE_F16, src, 65536);
+    free(src);
+}
+END_TEST
+
 /* NVFP4 / MXFP4 scale bytes, all 256 values each */
 START_TEST(paths_fp4_all_scales)
 {
@@ -952,6 +965,7 @@ static Suite *dequant_suite(void)
     tcase_add_loop_test(tc, paths_random, 0, GGUF_TYPE_COUNT);
     tcase_add_loop_test(tc, paths_special_scales, 0, GGUF_TYPE_COUNT);
     tcase_add_test(tc, paths_fp4_all_scales);
+    tcase_add_test(tc, paths_f16_all);
     tcase_add_test(tc, two_nan_operands);
     suite_add_tcase(s, tc);
 
