@@ -14,6 +14,10 @@
 
 #include "error_internal.h"
 #include "forward_exec.h"
+
+/* Most floats an HF checkpoint's matmul dequantizes at once (rows are grouped
+ * up to this); GGUF tensors stream through forward_stream.c instead. */
+#define FW_CHUNK_FLOATS (8u << 20) /* 32 MiB */
 #include "forward_stream.h"
 
 static void note_resident(fw_exec *c, uint64_t floats)
