@@ -56,7 +56,9 @@ int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int 
     static struct option longopts[128];
     static char shortopts[256];
     static const cli_spec *built;
+    static bool ended; /* getopt said the options ended: the rest is positional */
     if (built != spec) {
+        ended = false;
         int n = 0, s = 0;
         /* No leading '+': getopt permutes, so options may come before or after
          * the positional arguments (GNU order), and "--" ends options. */
@@ -81,11 +83,21 @@ int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int 
         built = spec;
         optind = 1;
     }
+    /* Once getopt has permuted every option to the front, the positionals are
+     * argv[optind..]; callers that take them one by one move optind on
+     * themselves, and getopt must not be asked again (its permutation state
+     * would not match the moved optind). */
+    if (ended) {
+        *optind_out = optind;
+        return -1;
+    }
     for (;;) {
         int c = getopt_long(argc, argv, shortopts, longopts, NULL);
         *optind_out = optind;
-        if (c == -1)
+        if (c == -1) {
+            ended = true;
             return -1;
+        }
         *arg = optarg;
         switch (c) {
         case 'h':
