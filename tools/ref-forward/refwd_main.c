@@ -13,6 +13,8 @@ int main(int argc, char **argv)
         return refwd_kld_base_main(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "kld") == 0)
         return refwd_kld_main(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0)
+        return refwd_serve_main(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "run") == 0)
         return refwd_run_main(argc - 1, argv + 1);
     return refwd_run_main(argc, argv);

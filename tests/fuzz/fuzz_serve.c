@@ -1,0 +1,163 @@
+/*
+ * libFuzzer target for the request layer of `ref-forward serve` (gguf/serve.h):
+ * a whole request - method, path, Authorization header, body - through
+ * gguf_serve_handle() against a small fake model (cheap logits, a byte
+ * tokenizer, texts with split UTF-8), with the server's real limits.
+ *
+ * Input: "METHOD PATH\nAUTHORIZATION\nBODY" (the second line may be empty:
+ * no header). Invariants checked on every answer: a status the API
+ * documents; a JSON body (or one server-sent event of JSON for a stream);
+ * an error body is {"error": {...}} whose code equals the status.
+ * Corpus: tests/fuzz/corpus/serve, named after what each request gets.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/serve.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define V 48
+
+static int64_t pos;
+
+static int f_reset(void *user, gguf_error *err)
+{
+    pos = 0;
+    return 0;
+}
+
+static int f_eval(void *user, const int32_t *t, int64_t n, float *logits, gguf_error *err)
+{
+    for (int64_t i = 0; i < n; i++, pos++)
+        for (int j = 0; j < V; j++)
+            logits[i * V + j] = (float)((t[i] * 31 + j * 17 + pos * 7) % 23) * 0.25f -
+                                (j == 7 ? 100.0f : 0.0f);
+    return 0;
+}
+
+static int f_text(void *user, int32_t id, char *buf, size_t size)
+{
+    if (id < 3)
+        return snprintf(buf, size, "%s", "");
+    if (id == 3)
+        return snprintf(buf, size, "%s", "\xE2\x96"); /* half a character */
+    if (id == 4)
+        return snprintf(buf, size, "%s", "\x81 x");
+    return snprintf(buf, size, "%c%c", 'a' + id % 26, id % 5 ? ' ' : '"');
+}
+
+static int f_tokenize(void *user, const char *text, size_t len, bool bos, int32_t **ids,
+                      int64_t *n, gguf_error *err)
+{
+    *ids = malloc((len + 2) * sizeof **ids);
+    if (!*ids)
+        return GGUF_E_NOMEM;
+    *n = 0;
+    if (bos)
+        (*ids)[(*n)++] = 1;
+    for (size_t i = 0; i < len; i++)
+        (*ids)[(*n)++] = 3 + (unsigned char)text[i] % (V - 3);
+    return 0;
+}
+
+static gguf_serve *server(void)
+{
+    static gguf_serve *s;
+    if (s)
+        return s;
+    gguf_serve_model m = {0};
+    m.n_vocab = V;
+    m.n_ctx = 96;
+    m.bos = 1;
+    m.eos = 2;
+    m.add_bos = true;
+    m.strip_space = true;
+    m.reset = f_reset;
+    m.eval = f_eval;
+    m.token_text = f_text;
+    m.tokenize = f_tokenize;
+    gguf_serve_opts o = {0};
+    o.model_name = "fuzz";
+    o.api_key = "k";
+    o.max_body = 8192;
+    o.max_tokens = 128;
+    o.created = 1;
+    gguf_error err;
+    if (gguf_serve_create(&s, &m, &o, &err))
+        __builtin_trap();
+    return s;
+}
+
+static void check_body(const gguf_serve_response *r)
+{
+    const char *b = r->body;
+    size_t n = r->body_len;
+    if (strcmp(r->content_type, "text/event-stream") == 0) {
+        if (r->status != 200 || n < 6 || memcmp(b, "data: ", 6) != 0)
+            __builtin_trap();
+        const char *end = strstr(b, "\n\ndata: [DONE]\n\n");
+        if (!end)
+            __builtin_trap();
+        b += 6;
+        n = (size_t)(end - b);
+    }
+    json_error_t je;
+    json_t *j = json_loadb(b, n, 0, &je);
+    if (!j)
+        __builtin_trap();
+    json_t *e = json_is_object(j) ? json_object_get(j, "error") : NULL;
+    if ((r->status >= 400) != (e != NULL))
+        __builtin_trap();
+    if (e && json_integer_value(json_object_get(e, "code")) != r->status)
+        __builtin_trap();
+    json_decref(j);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *in = malloc(size + 1);
+    if (!in)
+        return 0;
+    memcpy(in, data, size);
+    in[size] = 0;
+    /* line 1: "METHOD PATH"; line 2: the Authorization header; the rest: body */
+    char *nl1 = memchr(in, '\n', size);
+    char *nl2 = nl1 ? memchr(nl1 + 1, '\n', size - (size_t)(nl1 + 1 - in)) : NULL;
+    if (!nl1 || !nl2) {
+        free(in);
+        return 0;
+    }
+    *nl1 = *nl2 = 0;
+    char *sp = strchr(in, ' ');
+    const char *method = in, *path = "";
+    if (sp) {
+        *sp = 0;
+        path = sp + 1;
+    }
+    gguf_serve_request q = {0};
+    q.method = method;
+    q.path = path;
+    q.authorization = nl1[1] ? nl1 + 1 : NULL;
+    q.body = nl2 + 1;
+    q.body_len = size - (size_t)(nl2 + 1 - in);
+    gguf_serve_response r;
+    gguf_error err;
+    if (gguf_serve_handle(server(), &q, &r, &err) != 0)
+        __builtin_trap();
+    static const int ok[] = {200, 400, 401, 404, 405, 413, 500, 501, 503};
+    bool known = false;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        known |= r.status == ok[i];
+    if (!known || r.status == 500 || r.status == 503 || !r.body || !r.content_type)
+        __builtin_trap();
+    check_body(&r);
+    gguf_serve_response_clear(&r);
+    free(in);
+    return 0;
+}
