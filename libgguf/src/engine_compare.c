@@ -102,11 +102,12 @@ static int top_ids(const double *lsm, int64_t V, int32_t *ids, int n)
 }
 
 /*
- * KL(ref || engine) over S = the engine's alternatives (and its chosen token)
- * plus the reference's top |alternatives|, with everything else in one tail
+ * KL(ref || engine) over S = the engine's alternatives (and the position's
+ * token) plus the reference's top n_ref, with everything else in one tail
  * bucket on each side. A token of S the engine did not report is given the
- * smallest probability the engine reported at that position (the most it can
- * have, as it is not in the engine's top-k).
+ * smallest probability among the engine's top-k (the most it can have, as it
+ * is not in that top-k); the position's own token is left out of that
+ * minimum, as engines add it to the top-k when it is not among them.
  */
 static double kl_union(const double *lsm, int64_t V, const gguf_engine_pos *pos,
                        const int32_t *ref_ids, int n_ref)
@@ -127,11 +128,13 @@ static double kl_union(const double *lsm, int64_t V, const gguf_engine_pos *pos,
             continue;
         ids[n] = id;
         q[n++] = exp(lp);
-        if (lp < min_lp)
+        if (lp < min_lp && (id != pos->id || pos->n_top <= 1))
             min_lp = lp;
     }
     if (n == 0)
         return NAN;
+    if (isinf(min_lp))
+        min_lp = log(q[n - 1]);
     const int n_eng = n;
     for (int r = 0; r < n_ref; r++) {
         int dup = 0;
@@ -224,9 +227,14 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
         cp->seq = seq;
         cp->token = p->id;
         cp->prompt = p->prompt;
-        int n_alt = 0;
-        for (int32_t k = 0; k < p->n_top; k++)
+        /* the engine's k: its alternatives, less the position's own token
+         * (vLLM and OpenAI add it to the top-k; prompt tokens are rarely in it) */
+        int n_alt = 0, own = 0;
+        for (int32_t k = 0; k < p->n_top; k++) {
             n_alt += p->top[k].id >= 0 && p->top[k].id < V;
+            own |= p->top[k].id == p->id;
+        }
+        const int k_ref = n_alt - (own && n_alt > 1);
         int32_t ref_ids[REF_UNION_MAX > GGUF_ENGINE_CMP_TOP ? REF_UNION_MAX : GGUF_ENGINE_CMP_TOP];
         const int want = n_alt > REF_UNION_MAX ? REF_UNION_MAX
                                                : (n_alt > GGUF_ENGINE_CMP_TOP ? n_alt
@@ -260,7 +268,7 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
             if (isnan(cp->dlogprob_top) || d > cp->dlogprob_top || isnan(d))
                 cp->dlogprob_top = d;
         }
-        cp->kl = n_alt ? kl_union(lsm, V, p, ref_ids, n_alt < n_ref ? n_alt : n_ref) : NAN;
+        cp->kl = n_alt ? kl_union(lsm, V, p, ref_ids, k_ref < n_ref ? k_ref : n_ref) : NAN;
 
         if (cp->engine_top1 >= 0) {
             cp->top1_agree = cp->engine_top1 == cp->ref_top1;

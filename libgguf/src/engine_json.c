@@ -70,7 +70,8 @@ int eng_load(json_t **out, const char *body, size_t len, gguf_error *err)
         return gguf_fail(err, GGUF_E_LIMIT, GGUF_NO_OFFSET,
                          "reply: %zu bytes, over the limit of %u", len, GGUF_ENGINE_MAX_BODY);
     json_error_t je;
-    json_t *v = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    json_t *v = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                          &je);
     if (!v) {
         char start[48];
         size_t n = len < sizeof start - 1 ? len : sizeof start - 1;

@@ -175,7 +175,7 @@ char *gguf_engine_error_message(const char *body, size_t len, char *buf, size_t 
     if (!body)
         return buf;
     json_error_t je;
-    json_t *root = len <= GGUF_ENGINE_MAX_BODY ? json_loadb(body, len, 0, &je) : NULL;
+    json_t *root = len <= GGUF_ENGINE_MAX_BODY ? json_loadb(body, len, JSON_ALLOW_NUL, &je) : NULL;
     const char *msg = NULL;
     char *dumped = NULL;
     if (json_is_object(root)) {
@@ -214,7 +214,7 @@ int gguf_engine_detect(gguf_engine_api *api, char *model, size_t size,
     int rc = 0;
     bool have_list = false;
     if (probe->models) {
-        models = json_loadb(probe->models, probe->models_len, 0, &je);
+        models = json_loadb(probe->models, probe->models_len, JSON_ALLOW_NUL, &je);
         json_t *data = json_is_object(models) ? json_object_get(models, "data") : NULL;
         if (!json_is_array(data)) {
             rc = gguf_fail(err, GGUF_E_BAD_VALUE, GGUF_NO_OFFSET,
@@ -231,7 +231,8 @@ int gguf_engine_detect(gguf_engine_api *api, char *model, size_t size,
             owned = json_is_string(o) ? json_string_value(o) : NULL;
         }
     }
-    if (owned && strcmp(owned, "vllm") == 0) {
+    /* ref-forward serve answers with vLLM's extensions (gguf/serve.h) */
+    if (owned && (strcmp(owned, "vllm") == 0 || strcmp(owned, "ggufkit") == 0)) {
         *api = GGUF_API_VLLM;
         goto done;
     }
@@ -244,14 +245,14 @@ int gguf_engine_detect(gguf_engine_api *api, char *model, size_t size,
         goto done;
     }
     if (probe->props) {
-        props = json_loadb(probe->props, probe->props_len, 0, &je);
+        props = json_loadb(probe->props, probe->props_len, JSON_ALLOW_NUL, &je);
         if (json_is_object(props) && json_object_get(props, "default_generation_settings")) {
             *api = GGUF_API_LLAMA_SERVER;
             goto done;
         }
     }
     if (probe->model_info) {
-        info = json_loadb(probe->model_info, probe->model_info_len, 0, &je);
+        info = json_loadb(probe->model_info, probe->model_info_len, JSON_ALLOW_NUL, &je);
         if (json_is_object(info) && json_object_get(info, "model_path")) {
             *api = GGUF_API_SGLANG;
             goto done;

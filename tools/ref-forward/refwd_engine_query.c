@@ -164,7 +164,7 @@ static int apply_template(ce_ctx *ctx, const ce_prompt *p, char **text, gguf_err
     int rc = gguf_engine_http_call(ctx->http, "/apply-template", body, &reply, &len, &status, err);
     free(body);
     if (!rc) {
-        json_t *r = json_loadb(reply, len, 0, NULL);
+        json_t *r = json_loadb(reply, len, JSON_ALLOW_NUL, NULL);
         json_t *pr = json_is_object(r) ? json_object_get(r, "prompt") : NULL;
         if (json_is_string(pr))
             *text = strdup(json_string_value(pr));

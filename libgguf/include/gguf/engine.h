@@ -240,7 +240,8 @@ typedef struct gguf_engine_probe {
 
 /*
  * Pick the dialect from the probes: /v1/models' data[0].owned_by "vllm",
- * "sglang" or "llamacpp" names the engine; else a /props with
+ * "sglang" or "llamacpp" names the engine ("ggufkit", ref-forward serve,
+ * speaks vLLM's extensions: VLLM); else a /props with
  * default_generation_settings is llama-server, a /get_model_info with
  * model_path is SGLang, any other /v1/models list is OPENAI. model (size
  * bytes, may be NULL) receives data[0].id ("" when unknown).
