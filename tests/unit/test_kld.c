@@ -7,6 +7,7 @@
  * independently (tests/interop/test_kld_numpy.py).
  */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,6 +323,45 @@ START_TEST(writer_errors)
 }
 END_TEST
 
+/* Every seed of fuzz_kld fails with the code its name carries, or opens (ok--). */
+START_TEST(corpus_names)
+{
+    const char *src = getenv("GGUFKIT_SRC");
+    ck_assert_msg(src != NULL, "GGUFKIT_SRC is not set");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/kld", src);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int checked = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        gguf_kld_file *f = NULL;
+        gguf_error err;
+        const int rc = gguf_kld_open(&f, path, &err);
+        gguf_kld_close(f);
+        if (strncmp(e->d_name, "ok--", 4) == 0) {
+            ck_assert_msg(rc == 0, "%s: %s", e->d_name, err.message);
+        } else {
+            const char *sep = strstr(e->d_name, "--");
+            ck_assert_ptr_nonnull(sep);
+            char want[64];
+            snprintf(want, sizeof want, "%.*s", (int)(sep - e->d_name), e->d_name);
+            ck_assert_msg(strcmp(gguf_status_name(rc), want) == 0, "%s: got %s: %s", e->d_name,
+                          gguf_status_name(rc), err.message);
+            ck_assert_msg(strstr(err.message, e->d_name) != NULL, "%s: message lacks the file: %s",
+                          e->d_name, err.message);
+        }
+        checked++;
+    }
+    closedir(d);
+    ck_assert_int_ge(checked, 10);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kld");
@@ -332,6 +372,7 @@ int main(void)
     tcase_add_test(t, write_then_read);
     tcase_add_test(t, hand_built);
     tcase_add_test(t, writer_errors);
+    tcase_add_test(t, corpus_names);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
