@@ -374,7 +374,8 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
                                "%s position %lld: the engine wrote the token as text only "
                                "('%s') and it matches no single token of the vocabulary: "
                                "ask for ids (--api vllm sends return_tokens_as_token_ids)",
-                               q->prompt ? "prompt" : "generated", (long long)i,
+                               q->prompt ? "prompt" : "generated",
+                               (long long)(q->prompt ? i : i - rp->n_prompt),
                                q->text ? q->text : "");
     }
     for (int64_t i = 0; i < rp->n_prompt; i++)

@@ -12,6 +12,48 @@
 #include "gguf/output.h"
 #include "refwd_engine.h"
 
+/* Length of a valid UTF-8 sequence at s (n bytes left), or 0. */
+static int utf8_len(const unsigned char *s, size_t n)
+{
+    if (s[0] < 0x80)
+        return 1;
+    const int len = (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
+                    : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || (size_t)len > n || (len == 2 && s[0] < 0xC2))
+        return 0;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* A JSON string of text whose bytes need not be UTF-8 (a token can end inside
+ * a character): invalid bytes become U+FFFD, so the output stays JSON. */
+static void json_text(FILE *out, const char *s)
+{
+    const size_t n = s ? strlen(s) : 0;
+    char *clean = malloc(n * 3 + 1);
+    size_t at = 0;
+    if (!clean) {
+        cli_json_str(out, "", 0);
+        return;
+    }
+    for (size_t i = 0; i < n;) {
+        const int l = utf8_len((const unsigned char *)s + i, n - i);
+        if (l == 0) {
+            memcpy(clean + at, "\xEF\xBF\xBD", 3);
+            at += 3;
+            i++;
+        } else {
+            memcpy(clean + at, s + i, (size_t)l);
+            at += (size_t)l;
+            i += (size_t)l;
+        }
+    }
+    cli_json_str(out, clean, at);
+    free(clean);
+}
+
 const char *ce_piece(const gguf_file *meta, int32_t id, char *buf, size_t size)
 {
     char raw[256];
@@ -34,7 +76,14 @@ const char *ce_piece(const gguf_file *meta, int32_t id, char *buf, size_t size)
     size_t j = 0;
     for (int i = 0; i < l && j + 5 < size; i++) {
         const unsigned char c = (unsigned char)raw[i];
-        if (c == '\n')
+        const int u = utf8_len((const unsigned char *)raw + i, (size_t)(l - i));
+        if (u > 1 && j + (size_t)u + 1 < size) { /* a whole character */
+            memcpy(buf + j, raw + i, (size_t)u);
+            j += (size_t)u;
+            i += u - 1;
+        } else if (u == 0)
+            j += (size_t)snprintf(buf + j, size - j, "\\x%02x", c);
+        else if (c == '\n')
             j += (size_t)snprintf(buf + j, size - j, "\\n");
         else if (c == '\t')
             j += (size_t)snprintf(buf + j, size - j, "\\t");
@@ -185,18 +234,26 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
             fprintf(out, " (finish: %s)", rp->finish_reason);
         fprintf(out, "\n");
         if (rp->text) {
-            char shown[160];
-            size_t j = 0;
-            for (const char *s = rp->text; *s && j + 4 < sizeof shown; s++) {
-                if (*s == '\n') {
-                    shown[j++] = '\\';
-                    shown[j++] = 'n';
-                } else if ((unsigned char)*s >= 0x20) {
-                    shown[j++] = *s;
+            /* printable: newlines as \n, bytes that are no UTF-8 as \xNN */
+            char shown[200];
+            size_t j = 0, at = 0;
+            const size_t len = strlen(rp->text);
+            while (at < len && j + 8 < sizeof shown) {
+                const unsigned char ch = (unsigned char)rp->text[at];
+                const int u = utf8_len((const unsigned char *)rp->text + at, len - at);
+                if (ch == '\n') {
+                    j += (size_t)snprintf(shown + j, sizeof shown - j, "\\n");
+                } else if (u == 0 || ch < 0x20 || ch == 0x7f) {
+                    j += (size_t)snprintf(shown + j, sizeof shown - j, "\\x%02x", ch);
+                } else {
+                    memcpy(shown + j, rp->text + at, (size_t)u);
+                    j += (size_t)u;
+                    at += (size_t)u - 1;
                 }
+                at++;
             }
             shown[j] = 0;
-            fprintf(out, "text:      \"%s%s\"\n", shown, strlen(rp->text) > j ? "..." : "");
+            fprintf(out, "text:      \"%s%s\"\n", shown, at < len ? "..." : "");
         }
         if (rp->reasoning)
             fprintf(out, "           (reasoning: %zu bytes of it)\n", strlen(rp->reasoning));
@@ -258,7 +315,7 @@ static void json_tops(FILE *out, const gguf_file *meta, const int32_t *ids, cons
         char raw[256];
         int l = gguf_fwd_token_text(meta, ids[k], raw, sizeof raw);
         fprintf(out, "%s{\"id\": %d, \"piece\": ", k ? ", " : "", ids[k]);
-        cli_json_str(out, l > 0 ? raw : "", SIZE_MAX);
+        json_text(out, l > 0 ? raw : "");
         fputs(", \"logprob\": ", out);
         cli_json_num(out, lps[k]);
         fputc('}', out);
@@ -273,7 +330,7 @@ static void json_row(FILE *out, const ce_report *rep, const ce_result *r,
     int l = gguf_fwd_token_text(rep->meta, cp->token, raw, sizeof raw);
     fprintf(out, "{\"index\": %lld, \"seq\": %lld, \"prompt\": %s, \"token\": %d, \"piece\": ",
             (long long)cp->index, (long long)cp->seq, cp->prompt ? "true" : "false", cp->token);
-    cli_json_str(out, l > 0 ? raw : "", SIZE_MAX);
+    json_text(out, l > 0 ? raw : "");
     fputs(", \"engine_logprob\": ", out);
     cli_json_num(out, cp->engine_logprob);
     fputs(", \"ref_logprob\": ", out);
@@ -358,11 +415,11 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
     cli_json_str(out, rep->api, SIZE_MAX);
     fputs(", \"served_model\": ", out);
     if (rep->served_model && *rep->served_model)
-        cli_json_str(out, rep->served_model, SIZE_MAX);
+        json_text(out, rep->served_model);
     else
         fputs("null", out);
     fputs(", \"model\": ", out);
-    cli_json_str(out, rep->model_path, SIZE_MAX);
+    json_text(out, rep->model_path);
     fputs(", \"backend\": ", out);
     cli_json_str(out, rep->backend, SIZE_MAX);
     fputs(", \"tolerances\": {\"dlogprob\": ", out);
@@ -397,7 +454,7 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
         fputs(", \"tokenization_match\": ", out);
         json_match(out, r->tok_match);
         fputs(", \"tokenization\": ", out);
-        cli_json_str(out, r->tok_note, SIZE_MAX);
+        json_text(out, r->tok_note);
         fprintf(out, ", \"endpoint\": \"%s\", \"prompt_ids_from\": ",
                 gguf_engine_endpoint_path(r->endpoint));
         cli_json_str(out, r->prompt_ids_from ? r->prompt_ids_from : "", SIZE_MAX);
@@ -411,22 +468,22 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
         else
             fputs("null", out);
         fputs(", \"text\": ", out);
-        cli_json_str(out, rp->text ? rp->text : "", SIZE_MAX);
+        json_text(out, rp->text ? rp->text : "");
         fputs(", \"reasoning\": ", out);
         if (rp->reasoning)
-            cli_json_str(out, rp->reasoning, SIZE_MAX);
+            json_text(out, rp->reasoning);
         else
             fputs("null", out);
         fputs(", \"finish_reason\": ", out);
         if (rp->finish_reason)
-            cli_json_str(out, rp->finish_reason, SIZE_MAX);
+            json_text(out, rp->finish_reason);
         else
             fputs("null", out);
         fprintf(out, ", \"prompt_positions\": %lld, \"near_ties\": %lld, \"notes\": [",
                 (long long)(rp->n_prompt - c->n_skipped), (long long)c->n_ties);
         for (int k = 0; k < r->n_notes; k++) {
             fputs(k ? ", " : "", out);
-            cli_json_str(out, r->notes[k], SIZE_MAX);
+            json_text(out, r->notes[k]);
         }
         fputs("], \"positions\": [", out);
         for (int64_t k = 0; k < c->n_pos; k++) {
