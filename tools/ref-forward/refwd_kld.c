@@ -402,12 +402,16 @@ int refwd_kld_base_main(int argc, char **argv)
         goto done;
     }
     const int64_t rows = n_chunk * gguf_kld_rows_per_chunk(o.n_ctx);
-    if (o.json)
-        printf("{\"output\": \"%s\", \"n_ctx\": %lld, \"n_vocab\": %lld, \"n_chunk\": %lld, "
-               "\"rows\": %lld, \"bos\": %s, \"ppl\": %.6f, \"seconds\": %.3f}\n",
-               o.out, (long long)o.n_ctx, (long long)V, (long long)n_chunk, (long long)rows,
-               bos >= 0 ? "true" : "false", ppl, cli_now() - t0);
-    else
+    if (o.json) {
+        printf("{\"output\": ");
+        cli_json_str(stdout, o.out, SIZE_MAX);
+        printf(", \"n_ctx\": %lld, \"n_vocab\": %lld, \"n_chunk\": %lld, \"rows\": %lld, "
+               "\"bos\": %s, \"ppl\": ",
+               (long long)o.n_ctx, (long long)V, (long long)n_chunk, (long long)rows,
+               bos >= 0 ? "true" : "false");
+        cli_json_num(stdout, ppl);
+        printf(", \"seconds\": %.3f}\n", cli_now() - t0);
+    } else
         printf("%s: n_ctx %lld, n_vocab %lld, %lld chunks, %lld scored positions%s; "
                "reference PPL %.4f\n",
                o.out, (long long)o.n_ctx, (long long)V, (long long)n_chunk, (long long)rows,
