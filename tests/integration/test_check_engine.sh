@@ -126,8 +126,15 @@ for arch, fault, seq, tol, extra in FAULTS:
             bad.append(f"{arch} --inject {fault}: tops missing in {fd['row']}")
         if fault == "kv-b-rows@1":
             rc, _, out, err = check(m, s.url, "--tokens", TOK, "-n", "4")
-            if rc != 1 or "verdict:   DIVERGED at prompt position 1 (sequence index 1)" not in out:
+            if rc != 1 or "verdict:   DIVERGED at prompt position 1 (sequence index 1)" not in out \
+                    or "first divergent generated position: 0 (sequence index 8)" not in out:
                 bad.append(f"text verdict: {out[:600]}")
+            # the incident's view: generated positions only, flagged at the first one
+            rc, d, out, err = check(m, s.url, "--tokens", TOK, "-n", "4", "--no-echo", "--json")
+            pr = d and d["prompts"][0]
+            if rc != 1 or len(pr["positions"]) != 4 or pr["first_divergent_generated"] != 0 or \
+                    d["first_divergent"]["generated_position"] != 0:
+                bad.append(f"--no-echo: exit {rc} {pr and pr['first_divergent']} {err.strip()}")
 
 # 4. closed port: exit 3 naming the URL
 sock = socket.socket()

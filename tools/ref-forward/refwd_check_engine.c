@@ -40,6 +40,7 @@ enum {
     OPT_BACKEND,
     OPT_THREADS,
     OPT_SHOW,
+    OPT_NO_ECHO,
 };
 
 static const cli_opt options[] = {
@@ -66,6 +67,8 @@ static const cli_opt options[] = {
     {OPT_API_KEY, "api-key", 1, "KEY", "sent as 'Authorization: Bearer KEY'"},
     {OPT_BACKEND, "backend", 1, "cpu|cuda", "where the reference runs (default cpu)"},
     {OPT_THREADS, "threads", 1, "N", "reference matmul threads (default 1)"},
+    {OPT_NO_ECHO, "no-echo", 0, NULL, "compare the generated positions only (ask for no prompt "
+     "log-probabilities)"},
     {OPT_SHOW, "show", 1, "N", "table rows from the first divergence (default 8)"},
     {0, NULL, 0, NULL, NULL},
 };
@@ -96,7 +99,7 @@ typedef struct ce_opts {
     int64_t n_predict;
     int top_k, show, threads;
     double timeout;
-    bool json;
+    bool json, no_echo;
     const char *headers[MAX_HEADERS + 1];
     int n_headers;
     refwd_backend backend;
@@ -356,6 +359,7 @@ static int run(ce_opts *o)
     ctx.api = o->api;
     ctx.n_predict = o->n_predict;
     ctx.top_k = o->top_k;
+    ctx.no_echo = o->no_echo;
     ctx.meta = gguf_set_meta(set);
     ctx.set = set;
     ctx.n_vocab = gguf_model_hparams(m)->n_vocab;
@@ -510,6 +514,7 @@ int refwd_check_engine_main(int argc, char **argv)
             break;
         case OPT_TOL: o.tol = arg; break;
         case OPT_JSON: o.json = true; break;
+        case OPT_NO_ECHO: o.no_echo = true; break;
         case OPT_HTML: o.html = arg; break;
         case OPT_TIMEOUT: {
             char *end;

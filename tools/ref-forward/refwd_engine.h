@@ -35,6 +35,7 @@ typedef struct ce_ctx {
     const char *served_model;     /* "model" of requests, NULL: omitted */
     int64_t n_predict;
     int top_k;
+    bool no_echo;                 /* generated positions only */
     const gguf_file *meta;        /* the reference's metadata (vocabulary) */
     const void *set;              /* the reference's gguf_set (tokenizer) */
     int64_t n_vocab;

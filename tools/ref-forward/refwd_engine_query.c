@@ -261,7 +261,8 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
     /* prompt log-probabilities where the dialect has them (OpenAI echo,
      * vLLM prompt_logprobs, SGLang logprob_start_len); llama-server has none,
      * and OpenAI's chat has no echo */
-    rq.echo = ctx->api != GGUF_API_LLAMA_SERVER && (ep != GGUF_EP_CHAT || ctx->api == GGUF_API_VLLM);
+    rq.echo = !ctx->no_echo && ctx->api != GGUF_API_LLAMA_SERVER &&
+              (ep != GGUF_EP_CHAT || ctx->api == GGUF_API_VLLM);
     char *body = NULL;
     size_t len = 0;
     int rc = post(ctx, &rq, &body, &len, err);
@@ -276,10 +277,11 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
                                "POST %s%s: the reply has no log-probabilities of generated "
                                "tokens (does the server return logprobs?)",
                                gguf_engine_http_url(ctx->http), path);
-    if (!rq.echo || rp->n_prompt == 0)
+    if (ctx->no_echo)
+        ce_note(r, "--no-echo: generated positions only");
+    else if (!rq.echo || rp->n_prompt == 0)
         ce_note(r, "%s: no prompt log-probabilities: generated positions only",
-                ctx->api == GGUF_API_LLAMA_SERVER ? "llama-server"
-                                                  : gguf_engine_api_name(ctx->api));
+                gguf_engine_api_name(ctx->api));
 
     /* the prompt's ids as the engine saw them */
     int32_t *ids = NULL;

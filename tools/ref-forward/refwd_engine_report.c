@@ -135,6 +135,19 @@ void ce_totals_compute(ce_totals *t, ce_result *const *res, int n)
     t->kl_topk_mean = n_kl ? kl / (double)n_kl : 0;
 }
 
+/* Index into c->pos of the first divergent generated position, -1 when none
+ * (the rule of gguf_engine_compare: a top-1 flip counts when every top-1 must
+ * agree or when the agreement fell below tol.top1). */
+static int64_t first_generated(const gguf_engine_cmp *c)
+{
+    const bool top1 = c->tol.top1 >= 1 || (c->tol.top1 >= 0 && c->top1_agreement < c->tol.top1);
+    const uint32_t counts = GGUF_ENG_DLOGPROB | GGUF_ENG_KL | (top1 ? GGUF_ENG_TOP1 : 0u);
+    for (int64_t k = c->first_divergent < 0 ? c->n_pos : c->first_divergent; k < c->n_pos; k++)
+        if (!c->pos[k].prompt && (c->pos[k].over & counts))
+            return k;
+    return -1;
+}
+
 /* ---- text ---- */
 
 static const char *over_names(uint32_t over, char *buf, size_t size)
@@ -269,13 +282,19 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
         } else {
             const gguf_engine_cmp_pos *f = c->first_divergent >= 0 ? &c->pos[c->first_divergent]
                                                                    : NULL;
-            if (f)
+            const int64_t g = first_generated(c);
+            if (!f) {
+                fprintf(out, "verdict:   DIVERGED (top-1 agreement below %.4f)\n", c->tol.top1);
+            } else {
                 fprintf(out, "verdict:   DIVERGED at %s position %lld (sequence index %lld)\n",
                         f->prompt ? "prompt" : "generated",
                         (long long)(f->prompt ? f->index : f->index - rp->n_prompt),
                         (long long)f->seq);
-            else
-                fprintf(out, "verdict:   DIVERGED (top-1 agreement below %.4f)\n", c->tol.top1);
+                if (f->prompt && g >= 0)
+                    fprintf(out, "           first divergent generated position: %lld (sequence "
+                                 "index %lld)\n",
+                            (long long)(c->pos[g].index - rp->n_prompt), (long long)c->pos[g].seq);
+            }
         }
         /* the table: from the first divergence (or the first generated
          * position) on, rep->show rows */
@@ -441,6 +460,12 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
                 i, c->agree ? "agree" : "diverged");
         if (c->first_divergent >= 0)
             fprintf(out, "%lld", (long long)c->pos[c->first_divergent].index);
+        else
+            fputs("null", out);
+        const int64_t g = first_generated(c);
+        fputs(", \"first_divergent_generated\": ", out);
+        if (g >= 0)
+            fprintf(out, "%lld", (long long)(c->pos[g].index - rp->n_prompt));
         else
             fputs("null", out);
         fputs(", \"top1_agreement\": ", out);
