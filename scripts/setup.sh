@@ -21,9 +21,9 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 py=${PYTHON:-python3}
-if ! "$py" -c 'import gguf, numpy, pytest' >/dev/null 2>&1; then
-    echo "setup: installing gguf numpy pytest from PyPI" >&2
-    "$py" -m pip install -q gguf numpy pytest
+if ! "$py" -c 'import gguf, numpy, pytest, openai' >/dev/null 2>&1; then
+    echo "setup: installing gguf numpy pytest openai from PyPI" >&2
+    "$py" -m pip install -q gguf numpy pytest openai
 fi
 
 # nvcc is optional: the CUDA parts build where it exists.

@@ -49,7 +49,7 @@ static json_t *load_object(const char *body, size_t len, serve_err *e)
         return NULL;
     }
     json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root) {
         serve_refuse(e, 400, "", "malformed JSON at line %d, column %d (offset %d): %s", je.line,
                      je.column, je.position, je.text);

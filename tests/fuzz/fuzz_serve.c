@@ -108,7 +108,7 @@ static void check_body(const gguf_serve_response *r)
         n = (size_t)(end - b);
     }
     json_error_t je;
-    json_t *j = json_loadb(b, n, 0, &je);
+    json_t *j = json_loadb(b, n, JSON_ALLOW_NUL, &je);
     if (!j)
         __builtin_trap();
     json_t *e = json_is_object(j) ? json_object_get(j, "error") : NULL;

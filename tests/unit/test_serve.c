@@ -151,7 +151,7 @@ static json_t *call2(gguf_serve *s, const char *method, const char *path, const 
     ck_assert_int_eq(gguf_serve_handle(s, &q, r, &err), 0);
     ck_assert_ptr_nonnull(r->body);
     ck_assert_uint_eq(strlen(r->body), r->body_len);
-    return json_loadb(r->body, r->body_len, 0, NULL);
+    return json_loadb(r->body, r->body_len, JSON_ALLOW_NUL, NULL);
 }
 
 static json_t *call(gguf_serve *s, const char *method, const char *path, const char *body,
@@ -302,7 +302,12 @@ START_TEST(body_refusals)
     refuse(s, "{\"prompt\": [1], \"prompt\": [2]}", 400, NULL, "duplicate");
     refuse(s, "{\"prompt\": \"caf\xC3\"}", 400, NULL, "UTF-8");
     refuse(s, "{\"prompt\": \"\xED\xA0\x80\"}", 400, NULL, "UTF-8"); /* a surrogate */
-    refuse(s, "{\"prompt\": \"\\u0000\"}", 400, NULL, NULL);
+    /* NUL is valid JSON (a model's text can hold it): echoed back as sent */
+    json_t *j = post(s, "{\"prompt\": \"a\\u0000b\", \"max_tokens\": 0, \"echo\": true}", 200);
+    json_t *t = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text");
+    ck_assert_uint_eq(json_string_length(t), 3);
+    ck_assert_mem_eq(json_string_value(t), "a\0b", 3);
+    json_decref(j);
     /* over max_body: by the transport's flag and by length */
     gguf_serve_response r;
     char *big = malloc(5000);

@@ -261,14 +261,23 @@ static int parse_args(int argc, char **argv, serve_args *a)
     for (;;) {
         c = cli_next(&spec, argc, argv, &arg, &optind_);
         if (c == -1) {
-            /* getopt has moved every positional argument to the end */
-            if (optind_ < argc)
-                a->model = argv[optind_];
-            if (optind_ + 1 < argc) {
-                cli_errorf(spec.tool, "unexpected argument '%s' (see --help)", argv[optind_ + 1]);
+            if (optind_ >= argc)
+                break;
+            /* GNU getopt moves positionals to the end and, once options end,
+             * points back at the first of them however optind was moved: seen
+             * again, the model means there is nothing left to parse. Under
+             * POSIXLY_CORRECT options may still follow the model. */
+            const bool again = argv[optind_] == a->model;
+            if (a->model && (!again || optind_ + 1 < argc)) {
+                cli_errorf(spec.tool, "unexpected argument '%s' (see --help)",
+                           argv[again ? optind_ + 1 : optind_]);
                 return -1;
             }
-            break;
+            if (again)
+                break;
+            a->model = argv[optind_];
+            optind = optind_ + 1;
+            continue;
         }
         uint64_t v;
         switch (c) {
