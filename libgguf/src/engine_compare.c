@@ -23,7 +23,7 @@ static const struct {
     /* see gguf/engine.h and docs/check-engine.md for the measurements */
     {"default", {0.05, 5e-3, 1.0, 0.02}},
     {"strict", {1e-3, 1e-5, 1.0, 1e-3}},
-    {"bf16", {0.25, 0.05, 0.98, 0.1}},
+    {"bf16", {0.5, 0.05, 0.98, 0.1}},
     {"quant", {1.0, 0.25, 0.9, 0.25}},
 };
 

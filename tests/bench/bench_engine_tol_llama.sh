@@ -5,19 +5,21 @@
 # Q8_0 KV cache, measured through check-engine with every check off (the
 # figures behind check-engine's default tolerances, docs/check-engine.md).
 #
-#   tests/bench/bench_engine_tol_llama.sh LLAMA_BIN BUILD_DIR MODEL.gguf
+#   tests/bench/bench_engine_tol_llama.sh LLAMA_BIN BUILD_DIR MODEL.gguf [REFERENCE.gguf]
 #
 # LLAMA_BIN holds llama-server (a llama.cpp build); MODEL is served by it and
-# is the reference too. Text prompts: the engine tokenizes, check-engine
-# teacher-forces its ids and reports whether ours agree.
+# is the reference too unless REFERENCE is given (e.g. MODEL a BF16 conversion
+# of an F32 REFERENCE: the deployment's conversion error is in the figures).
+# Text prompts: the engine tokenizes, check-engine teacher-forces its ids and
+# reports whether ours agree.
 set -euo pipefail
 L=${1:?usage: bench_engine_tol_llama.sh LLAMA_BIN BUILD_DIR MODEL.gguf}
 B=${2:?}
 M=${3:?}
-python3 - "$L/llama-server" "$B/tools/ref-forward" "$M" <<'EOF'
+python3 - "$L/llama-server" "$B/tools/ref-forward" "$M" "${4:-$M}" <<'EOF'
 import json, socket, subprocess, sys, time, urllib.request
 import numpy as np
-SERVER, R, M = sys.argv[1:4]
+SERVER, R, M, REF = sys.argv[1:5]
 PROMPTS = ["Once upon a time, there was a little girl named",
            "The cat sat on the mat and",
            "Tom and his dog went to the park. They saw",
@@ -59,7 +61,7 @@ for label, args in (("defaults (F16 KV cache, flash attention auto)", []),
     dl, kl, agree, counted, tok = [], [], 0, 0, set()
     try:
         for text in PROMPTS:
-            out = subprocess.run([R, "check-engine", M, "--url", url, "--prompt", text, "-n", "24",
+            out = subprocess.run([R, "check-engine", REF, "--url", url, "--prompt", text, "-n", "24",
                                   "--top-k", "5", "--json", "--tol",
                                   "dlogprob=off,kl=off,top1=off,tie=0"],
                                  capture_output=True, text=True)

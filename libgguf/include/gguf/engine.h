@@ -270,7 +270,7 @@ typedef struct gguf_engine_tol {
  *              (an engine computing the same model in f32/f16: llama-server
  *              with its F16 KV cache; flags a wrong model, a fault)
  *   "strict"   dlogprob 1e-3  kl 1e-5  top1 1  tie 1e-3 (f32 against f32)
- *   "bf16"     dlogprob 0.25  kl 0.05  top1 0.98  tie 0.1 (bf16 engines)
+ *   "bf16"     dlogprob 0.5   kl 0.05  top1 0.98  tie 0.1 (bf16 engines)
  *   "quant"    dlogprob 1.0   kl 0.25  top1 0.9  tie 0.25 (a quantized
  *              deployment against a full-precision reference)
  * @return 0 or GGUF_E_INVALID for an unknown name.
