@@ -531,7 +531,7 @@ static int parse_openai(gguf_serve *s, json_t *o, serve_creq *q, serve_err *e)
     int rc;
     if (check_model(s, o, e) || check_greedy(o, SERVE_API_OPENAI, e))
         return -1;
-    bool add_special = true, b;
+    bool add_special = true, b = false;
     if (get_bool(o, "add_special_tokens", &add_special, e) < 0 ||
         get_bool(o, "echo", &q->echo, e) < 0 || get_bool(o, "ignore_eos", &q->ignore_eos, e) < 0 ||
         get_bool(o, "return_tokens_as_token_ids", &q->tokens_as_ids, e) < 0 ||
@@ -583,7 +583,7 @@ static int parse_llama(gguf_serve *s, json_t *o, serve_creq *q, serve_err *e)
     int rc;
     if (check_model(s, o, e) || check_greedy(o, SERVE_API_LLAMA, e))
         return -1;
-    bool b;
+    bool b = false;
     if (get_bool(o, "stream", &b, e) < 0)
         return -1;
     if (b)

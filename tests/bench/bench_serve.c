@@ -244,7 +244,7 @@ int main(int argc, char **argv)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     posix_spawn_file_actions_addclose(&fa, pfd[0]);
-    char *sargv[] = {argv[2], "serve", argv[1], "--port", "0", "-q", NULL};
+    char *sargv[] = {argv[2], "serve", "--port", "0", "-q", argv[1], NULL};
     pid_t pid;
     if (posix_spawn(&pid, argv[2], &fa, NULL, sargv, environ))
         return fprintf(stderr, "bench_serve: cannot run %s\n", argv[2]), 1;

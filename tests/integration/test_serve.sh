@@ -8,8 +8,9 @@ source "$(dirname "$0")/lib.sh"
 R=$GGUFKIT_BIN/ref-forward
 command -v curl >/dev/null || skip "curl is not installed"
 [ -x "$GEN" ] || skip "gguf-gen is not built"
-# The tools' option loop loses positional arguments under GNU permutation
-# (cli_next, see the report of the serve branch); POSIX order parses them.
+# Options before positional arguments, in POSIX order: every version of the
+# tools' option loop parses that (92cbb06's loses positionals under GNU
+# permutation; the fix in 824961f stops at the first positional under POSIX).
 export POSIXLY_CORRECT=1
 "$GEN" model --arch llama --vocab 300 --no-sync --force -q "$T/llama.gguf" || fail "gguf-gen llama"
 
@@ -17,9 +18,9 @@ PID=
 URL=
 trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"' EXIT
 
-# start ARGS...: a server on a free port; sets URL and PID.
+# start MODEL [OPTIONS...]: a server on a free port; sets URL and PID.
 start() {
-    "$R" serve "$@" --port 0 >"$T/srv.out" 2>"$T/srv.err" &
+    "$R" serve --port 0 "${@:2}" "$1" >"$T/srv.out" 2>"$T/srv.err" &
     PID=$!
     URL=
     for _ in $(seq 400); do
@@ -242,7 +243,7 @@ EOF
 # ---- a text prompt through the SentencePiece tokenizer (stories260K) ----
 S=${SHARED:+$SHARED/models/stories260K.gguf}
 if [ -n "$S" ] && [ -f "$S" ]; then
-    "$R" "$S" --prompt "Once upon a time" --bos -n 8 >"$T/run.out" || fail "ref-forward --prompt"
+    "$R" --prompt "Once upon a time" --bos -n 8 "$S" >"$T/run.out" || fail "ref-forward --prompt"
     start "$S" || { finish; exit 1; }
     req 200 POST $C '{"prompt": "Once upon a time", "max_tokens": 8, "return_token_ids": true}'
     python3 - "$T/body" "$T/run.out" <<'EOF' && pass || fail "serve and run disagree"
@@ -279,15 +280,15 @@ fi
 # ---- bad usage and environment ----
 expect 2 "$R" serve
 contains "$T/err" "expected a MODEL.gguf"
-expect 2 "$R" serve "$T/llama.gguf" --inject qkv-stream
+expect 2 "$R" serve --inject qkv-stream "$T/llama.gguf"
 contains "$T/err" "--inject needs --tp"
-expect 2 "$R" serve "$T/llama.gguf" --tp 2 --inject no-such-fault
+expect 2 "$R" serve --tp 2 --inject no-such-fault "$T/llama.gguf"
 contains "$T/err" "unknown fault"
-expect 2 "$R" serve "$T/llama.gguf" --host not-an-address
+expect 2 "$R" serve --host not-an-address "$T/llama.gguf"
 expect 2 "$R" serve "$T/no-such.gguf"
 start "$T/llama.gguf" || { finish; exit 1; }
 port=${URL##*:}
-expect 3 timeout 20 "$R" serve "$T/llama.gguf" --port "$port"
+expect 3 timeout 20 "$R" serve --port "$port" "$T/llama.gguf"
 contains "$T/err" "cannot listen"
 stop TERM
 finish

@@ -29,8 +29,9 @@ BIN = os.environ.get("GGUFKIT_BIN", "")
 GEN = os.environ.get("GGUFKIT_GEN", "")
 pytestmark = pytest.mark.skipif(not GEN or not os.path.exists(GEN),
                                 reason="gguf-gen is not built (GGUFKIT_GEN)")
-# The tools' option loop loses positional arguments under GNU permutation
-# (cli_next); POSIX order parses them.
+# Options before positional arguments, in POSIX order: every version of the
+# tools' option loop parses that (92cbb06's loses positionals under GNU
+# permutation; the fix in 824961f stops at the first positional under POSIX).
 ENV = dict(os.environ, POSIXLY_CORRECT="1")
 KEY = "k-test"
 TOL = 1e-9
@@ -42,7 +43,7 @@ def ref_forward():
 
 class Server:
     def __init__(self, model, *args):
-        self.p = subprocess.Popen([ref_forward(), "serve", model, "--port", "0", *args],
+        self.p = subprocess.Popen([ref_forward(), "serve", "--port", "0", *args, model],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=ENV)
         ready, _, _ = select.select([self.p.stdout], [], [], 30)
@@ -80,8 +81,8 @@ def client(server):
 def log_softmax(model, tokens, tmp_path):
     """Rows i = log p(. | tokens[:i+1]) from the reference's float32 logits."""
     out = str(tmp_path / f"logits-{len(tokens)}-{tokens[-1]}.npy")
-    subprocess.run([ref_forward(), model, "--tokens", ",".join(map(str, tokens)),
-                    "--logits", out, "-q"], check=True, env=ENV, capture_output=True)
+    subprocess.run([ref_forward(), "--tokens", ",".join(map(str, tokens)), "--logits", out,
+                    "-q", model], check=True, env=ENV, capture_output=True)
     x = np.load(out).astype(np.float64)
     m = x.max(axis=-1, keepdims=True)
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))

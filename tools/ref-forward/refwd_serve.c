@@ -445,6 +445,13 @@ int refwd_serve_main(int argc, char **argv)
         ret = cli_exit_code(rc);
         goto done;
     }
+    /* A plan the engine could not load as it is (heads not divisible, ...)
+     * is served anyway, as the engine would run it: say so. */
+    for (int64_t i = 0; plan && i < gguf_shard_plan_check_count(plan); i++) {
+        const gguf_shard_check *ck = gguf_shard_plan_check_at(plan, i);
+        if (ck->level == GGUF_CHECK_ERROR && strcmp(ck->code, "fault") != 0)
+            fprintf(stderr, "%s: warning: the plan: %s: %s\n", spec.tool, ck->code, ck->message);
+    }
     const gguf_hparams *hp = gguf_model_hparams(m);
     be.m = m;
     be.plan = plan;

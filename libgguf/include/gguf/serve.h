@@ -115,7 +115,8 @@ typedef struct gguf_serve_opts {
 typedef struct gguf_serve gguf_serve;
 
 /*
- * A server over `model` (copied; its user pointer must outlive the server).
+ * A server over `model` (the struct is copied; what its user and
+ * tokenize_error pointers point to must outlive the server).
  * @return 0; GGUF_E_INVALID (NULL argument, no model_name, no eval/reset/
  *         token_text callback, n_vocab < 1, limits out of range); GGUF_E_NOMEM.
  */
