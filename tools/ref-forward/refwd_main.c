@@ -11,6 +11,9 @@ static const struct {
     {"compare", refwd_compare_main},
     {"serve", refwd_serve_main},
     {"import-dump", refwd_import_main},
+    {"check-engine", refwd_check_engine_main},
+    {"kld-base", refwd_kld_base_main},
+    {"kld", refwd_kld_main},
 };
 
 int main(int argc, char **argv)

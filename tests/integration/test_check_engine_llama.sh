@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# check-engine and the KL-divergence files against real llama.cpp binaries, when
+# there are some: GGUFKIT_LLAMA_BIN names a folder with llama-server and
+# llama-perplexity (a llama.cpp build; nothing here builds or fetches it),
+# else they are looked up in PATH; skipped (77) without them or without the
+# shared stories260K model.
+#  - llama-server serving the reference's own file agrees under the default
+#    tolerances (its F16 attention stays below them), for a text prompt (our
+#    tokenization agrees with its /tokenize), token ids and a chat;
+#  - llama-perplexity reads the file kld-base writes (same base perplexity),
+#    and kld reads the file llama-perplexity writes (same header and tokens).
+source "$(dirname "$0")/lib.sh"
+R=$GGUFKIT_BIN/ref-forward
+need_shared
+M=$SHARED/models/stories260K.gguf
+[ -f "$M" ] || skip "$M is absent"
+LB=${GGUFKIT_LLAMA_BIN:-}
+LS=${LB:+$LB/llama-server}
+LP=${LB:+$LB/llama-perplexity}
+LS=${LS:-$(command -v llama-server || true)}
+LP=${LP:-$(command -v llama-perplexity || true)}
+[ -x "$LS" ] && [ -x "$LP" ] || skip "no llama-server/llama-perplexity (set GGUFKIT_LLAMA_BIN)"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$LS" -m "$M" --host 127.0.0.1 --port "$port" --threads 1 -c 512 --no-webui >"$T/ls.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; rm -rf "$T"' EXIT
+for _ in $(seq 150); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.2
+done
+U=http://127.0.0.1:$port
+expect 0 "$R" check-engine "$M" --url "$U" --prompt "Once upon a time, there was a little girl" -n 16 --json
+python3 -c "
+import json
+d = json.load(open('$T/out'))
+assert d['api'] == 'llama-server' and d['verdict'] == 'agree', d['verdict']
+assert d['tokenization_match'] is True and d['prompts'][0]['prompt_ids_from'] == '/tokenize'
+assert 0 < d['max_abs_dlogprob'] < 0.05 and d['top1_agreement'] == 1
+" && pass || fail "llama-server text prompt: $(head -c 400 "$T/out")"
+expect 0 "$R" check-engine "$M" --url "$U" --tokens 1,403,407,261 -n 8
+contains "$T/out" "result: AGREE"
+expect 0 "$R" check-engine "$M" --url "$U" --chat "Tell me a story" -n 8
+contains "$T/out" "ids from /apply-template + /tokenize"
+# a wrong reference for the same vocabulary: flagged
+"$GEN" model --arch llama --vocab 512 --no-sync -q "$T/other.gguf"
+expect 1 "$R" check-engine "$T/other.gguf" --url "$U" --tokens 1,403,407,261 -n 8
+contains "$T/out" "verdict:   DIVERGED at generated position 0"
+
+# KL-divergence files, both ways
+python3 -c "
+import random
+random.seed(1)
+s = ['Once upon a time, there was a little girl named Lily.', 'She loved to play in the park.',
+     'One day, she saw a big red ball.', 'Her mom smiled and gave her a hug.']
+print(' '.join(random.choice(s) for _ in range(200)))" > "$T/story.txt"
+expect 0 "$R" kld-base "$M" --text-file "$T/story.txt" -c 128 --chunks 4 -o "$T/ref.kld"
+ppl=$(grep -o 'reference PPL [0-9.]*' "$T/out" | awk '{print $3}')
+expect 0 "$LP" -m "$M" --kl-divergence-base "$T/ref.kld" --kl-divergence -c 128 -t 1
+grep -q "Mean PPL(base) *: *$ppl" "$T/out" "$T/err" && pass || fail "llama-perplexity's base PPL is not $ppl"
+grep -h "Same top p" "$T/out" "$T/err" | grep -q "100.000" && pass || fail "llama-perplexity: top tokens differ"
+expect 0 "$LP" -m "$M" -f "$T/story.txt" -c 128 --chunks 4 -t 1 --kl-divergence-base "$T/llama.kld"
+n=$((20 + 4 * 128 * 4))
+cmp <(head -c $n "$T/llama.kld") <(head -c $n "$T/ref.kld") && pass || fail "header or tokens differ"
+expect 0 "$R" kld "$M" --kl-divergence-base "$T/llama.kld" --json
+python3 -c "
+import json
+d = json.load(open('$T/out'))
+assert d['count'] == 4 * 63 and d['same_top_p'] == 1 and abs(d['mean_kld']) < 1e-4, d
+" && pass || fail "kld of llama.cpp's file: $(cat "$T/out")"
+finish

@@ -1,0 +1,590 @@
+/* ref-forward check-engine: ask a running serving engine (vLLM, SGLang,
+ * llama-server, any OpenAI-compatible server) for a greedy continuation with
+ * log-probabilities, teacher-force the engine's own tokens through the
+ * reference, and say whether and where they disagree. docs/check-engine.md. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "gguf/engine.h"
+#include "gguf/forward.h"
+#include "gguf/model.h"
+#include "refwd_backend.h"
+#include "refwd_engine.h"
+#include "ref_forward.h"
+
+#define MAX_PROMPTS 1000
+#define MAX_HEADERS 32
+
+enum {
+    OPT_URL = 256,
+    OPT_API,
+    OPT_SERVED,
+    OPT_PROMPT,
+    OPT_CHAT,
+    OPT_MESSAGES,
+    OPT_TOKENS,
+    OPT_PROMPTS,
+    OPT_TOPK,
+    OPT_TOL,
+    OPT_JSON,
+    OPT_HTML,
+    OPT_TIMEOUT,
+    OPT_HEADER,
+    OPT_API_KEY,
+    OPT_BACKEND,
+    OPT_THREADS,
+    OPT_SHOW,
+    OPT_NO_ECHO,
+};
+
+static const cli_opt options[] = {
+    {OPT_URL, "url", 1, "URL", "the engine's base URL, e.g. http://127.0.0.1:8000 (required)"},
+    {OPT_API, "api", 1, "API", "auto (default: probe /v1/models, /get_model_info, /props), "
+     "openai, vllm, sglang or llama-server"},
+    {OPT_SERVED, "served-model", 1, "NAME", "the model name of the requests (default: the "
+     "first of /v1/models)"},
+    {OPT_PROMPT, "prompt", 1, "TEXT", "a text prompt, tokenized by the engine"},
+    {OPT_CHAT, "chat", 1, "TEXT", "one user message through /v1/chat/completions (the engine's "
+     "chat template)"},
+    {OPT_MESSAGES, "messages", 1, "FILE.json", "a JSON array of chat messages"},
+    {OPT_TOKENS, "tokens", 1, "IDS", "a token-id prompt, comma-separated"},
+    {OPT_PROMPTS, "prompts", 1, "FILE.jsonl", "one prompt per line: {\"prompt\"|\"chat\"|"
+     "\"messages\"|\"tokens\": ...} or a JSON string"},
+    {'n', "n-predict", 1, "K", "tokens the engine generates (default 16)"},
+    {OPT_TOPK, "top-k", 1, "K", "log-probabilities of the top K tokens per position (default 5)"},
+    {OPT_TOL, "tol", 1, "SPEC", "tolerances: a preset (default, strict, bf16, quant) and/or "
+     "dlogprob=, kl=, top1=, tie= (docs/check-engine.md)"},
+    {OPT_JSON, "json", 0, NULL, "one JSON object (schema: docs/check-engine.md)"},
+    {OPT_HTML, "html", 1, "REPORT.html", "also write a page with a per-position plot"},
+    {OPT_TIMEOUT, "timeout", 1, "S", "seconds per HTTP request (default 600)"},
+    {OPT_HEADER, "header", 1, "'NAME: VALUE'", "an extra HTTP header (repeatable)"},
+    {OPT_API_KEY, "api-key", 1, "KEY", "sent as 'Authorization: Bearer KEY'"},
+    {OPT_BACKEND, "backend", 1, "cpu|cuda", "where the reference runs (default cpu)"},
+    {OPT_THREADS, "threads", 1, "N", "reference matmul threads (default 1)"},
+    {OPT_NO_ECHO, "no-echo", 0, NULL, "compare the generated positions only (ask for no prompt "
+     "log-probabilities)"},
+    {OPT_SHOW, "show", 1, "N", "table rows from the first divergence (default 8)"},
+    {0, NULL, 0, NULL, NULL},
+};
+
+static const cli_spec spec = {
+    REF_FORWARD_TOOL " check-engine",
+    "MODEL.gguf --url URL [--prompt TEXT | --chat TEXT | --messages FILE.json |\n"
+    "       --tokens IDS | --prompts FILE.jsonl] [OPTIONS]",
+    "Check a running serving engine against the reference: ask it for a greedy continuation\n"
+    "with log-probabilities, run the same tokens (the engine's own) through the reference\n"
+    "and compare position by position. Exit 0 agree, 1 diverged, 2 bad usage or a malformed\n"
+    "reply, 3 the engine unreachable, timed out or failing (HTTP 5xx).",
+    options,
+    "  ref-forward check-engine model.gguf --url http://127.0.0.1:8000 --prompt 'The capital "
+    "of France is'\n"
+    "  ref-forward check-engine model.gguf --url http://gpu-node:8000 --chat 'What is 2+2?' -n 8\n"
+    "  ref-forward check-engine model.gguf --url http://127.0.0.1:8080 --api llama-server "
+    "--tokens 1,415,2217\n"
+    "  ref-forward check-engine f32.gguf --url http://127.0.0.1:30000 --prompts p.jsonl "
+    "--tol quant --json\n",
+};
+
+typedef struct ce_opts {
+    const char *model, *url, *tol, *html, *served, *api_key;
+    gguf_engine_api api;
+    ce_prompt *prompts;
+    int n_prompts;
+    int64_t n_predict;
+    int top_k, show, threads;
+    double timeout;
+    bool json, no_echo;
+    const char *headers[MAX_HEADERS + 1];
+    int n_headers;
+    refwd_backend backend;
+} ce_opts;
+
+static int parse_ids(const char *s, int32_t **out, int64_t *n)
+{
+    int64_t cap = 16;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    *n = 0;
+    if (!ids)
+        return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(ids);
+            return -1;
+        }
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *t = realloc(ids, (size_t)cap * sizeof *t);
+            if (!t) {
+                free(ids);
+                return -1;
+            }
+            ids = t;
+        }
+        ids[(*n)++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p) {
+            free(ids);
+            return -1;
+        }
+    }
+    if (*n == 0) {
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 4096 > cap) {
+            char *t = realloc(buf, cap * 2);
+            if (!t) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = t;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (len)
+            *len = n;
+    }
+    return buf;
+}
+
+static ce_prompt *add_prompt(ce_opts *o)
+{
+    if (o->n_prompts >= MAX_PROMPTS)
+        return NULL;
+    ce_prompt *p = realloc(o->prompts, (size_t)(o->n_prompts + 1) * sizeof *p);
+    if (!p)
+        return NULL;
+    o->prompts = p;
+    memset(&p[o->n_prompts], 0, sizeof *p);
+    return &p[o->n_prompts++];
+}
+
+/* One line of --prompts: a JSON string, or an object with one prompt field. */
+static int prompt_from_json(ce_prompt *p, json_t *v, char *why, size_t size)
+{
+    if (json_is_string(v)) {
+        p->text = strdup(json_string_value(v));
+        return p->text ? 0 : -1;
+    }
+    if (!json_is_object(v)) {
+        snprintf(why, size, "expected a string or an object");
+        return -1;
+    }
+    json_t *t = json_object_get(v, "prompt"), *c = json_object_get(v, "chat"),
+           *m = json_object_get(v, "messages"), *k = json_object_get(v, "tokens");
+    if ((t != NULL) + (c != NULL) + (m != NULL) + (k != NULL) != 1) {
+        snprintf(why, size, "needs exactly one of prompt, chat, messages, tokens");
+        return -1;
+    }
+    if (t || c) {
+        if (!json_is_string(t ? t : c)) {
+            snprintf(why, size, "%s: expected a string", t ? "prompt" : "chat");
+            return -1;
+        }
+        char *s = strdup(json_string_value(t ? t : c));
+        *(t ? &p->text : &p->chat) = s;
+        return s ? 0 : -1;
+    }
+    if (m) {
+        if (!json_is_array(m)) {
+            snprintf(why, size, "messages: expected an array");
+            return -1;
+        }
+        p->messages = json_dumps(m, JSON_COMPACT);
+        return p->messages ? 0 : -1;
+    }
+    const size_t n = json_array_size(k);
+    if (!json_is_array(k) || n == 0) {
+        snprintf(why, size, "tokens: expected a non-empty array of ids");
+        return -1;
+    }
+    p->tokens = malloc(n * sizeof *p->tokens);
+    if (!p->tokens)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(k, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) > INT32_MAX) {
+            snprintf(why, size, "tokens[%zu]: expected a token id", i);
+            return -1;
+        }
+        p->tokens[i] = (int32_t)json_integer_value(e);
+    }
+    p->n_tokens = (int64_t)n;
+    return 0;
+}
+
+static int load_prompts(ce_opts *o, const char *path)
+{
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) {
+        cli_errorf(spec.tool, "%s: cannot read: %s", path, strerror(errno));
+        return CLI_EXIT_USAGE;
+    }
+    int ret = 0, line = 0;
+    char *save = NULL;
+    for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        line++;
+        while (*l == ' ' || *l == '\t' || *l == '\r')
+            l++;
+        if (!*l)
+            continue;
+        json_error_t je;
+        json_t *v = json_loads(l, JSON_REJECT_DUPLICATES, &je);
+        char why[160] = "";
+        ce_prompt *p = v ? add_prompt(o) : NULL;
+        if (!v)
+            ce_fmt(why, sizeof why, "not JSON: %s", je.text);
+        else if (!p)
+            snprintf(why, sizeof why, "more than %d prompts", MAX_PROMPTS);
+        if (!p || prompt_from_json(p, v, why, sizeof why)) {
+            cli_errorf(spec.tool, "%s: line %d: %s", path, line, why[0] ? why : "out of memory");
+            ret = CLI_EXIT_USAGE;
+        }
+        json_decref(v);
+        if (ret)
+            break;
+    }
+    free(text);
+    if (!ret && o->n_prompts == 0) {
+        cli_errorf(spec.tool, "%s: no prompts", path);
+        ret = CLI_EXIT_USAGE;
+    }
+    return ret;
+}
+
+static void free_prompts(ce_opts *o)
+{
+    for (int i = 0; i < o->n_prompts; i++) {
+        free(o->prompts[i].text);
+        free(o->prompts[i].chat);
+        free(o->prompts[i].messages);
+        free(o->prompts[i].tokens);
+    }
+    free(o->prompts);
+}
+
+/* The reference on the engine's sequence: rows for every compared position. */
+static int reference(const ce_opts *o, const gguf_model *m, ce_result *r,
+                     const gguf_engine_tol *tol, gguf_error *err)
+{
+    const int64_t V = gguf_model_hparams(m)->n_vocab;
+    const int64_t n_eval = r->n_seq - 1; /* the last token predicts nothing compared */
+    if (r->n_seq_prompt < 1)
+        return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0, "the engine's prompt has no tokens");
+    float *logits = malloc((size_t)(n_eval * V) * sizeof(float) + 1);
+    if (!logits)
+        return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory for %lld rows of logits",
+                               (long long)n_eval);
+    gguf_fwd_opts fo = {0};
+    fo.n_threads = o->threads;
+    fo.drop_pages = true;
+    gguf_fwd_ctx *ctx = NULL;
+    int rc = refwd_ctx_create(&ctx, o->backend, m, &fo, NULL, err);
+    if (!rc)
+        rc = gguf_fwd_eval(ctx, r->seq, n_eval, logits, err);
+    gguf_fwd_ctx_free(ctx);
+    if (!rc)
+        rc = gguf_engine_compare(&r->cmp, r->reply, r->n_seq_prompt, logits, n_eval, V, tol, err);
+    free(logits);
+    return rc;
+}
+
+static int run(ce_opts *o)
+{
+    gguf_error err = {0};
+    gguf_set *set = NULL;
+    gguf_model *m = NULL;
+    ce_ctx ctx = {0};
+    ce_result **res = NULL;
+    int ret = CLI_EXIT_USAGE, rc;
+    char detected[256] = "";
+    gguf_engine_tol tol;
+    gguf_engine_tol_preset(&tol, "default");
+    if ((rc = gguf_engine_tol_parse(&tol, o->tol, &err))) {
+        cli_error(spec.tool, &err);
+        return CLI_EXIT_USAGE;
+    }
+    refwd_http_opts ho = {0};
+    ho.timeout = o->timeout;
+    ho.api_key = o->api_key;
+    ho.headers = o->headers;
+    rc = gguf_set_open(&set, o->model, NULL, &err);
+    if (!rc)
+        rc = gguf_model_open(&m, set, &err);
+    if (!rc)
+        rc = refwd_backend_probe(o->backend, &err);
+    if (!rc)
+        rc = refwd_http_create(&ctx.http, o->url, &ho, &err);
+    if (rc) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    ctx.api = o->api;
+    ctx.n_predict = o->n_predict;
+    ctx.top_k = o->top_k;
+    ctx.no_echo = o->no_echo;
+    ctx.meta = gguf_set_meta(set);
+    ctx.set = set;
+    ctx.n_vocab = gguf_model_hparams(m)->n_vocab;
+    if (ctx.api == GGUF_API_AUTO || !o->served) {
+        if ((rc = ce_detect(&ctx, detected, sizeof detected, &err))) {
+            cli_error(spec.tool, &err);
+            ret = rc == GGUF_E_IO ? CLI_EXIT_ENV : CLI_EXIT_USAGE;
+            goto done;
+        }
+    }
+    ctx.served_model = o->served ? o->served : (detected[0] ? detected : NULL);
+    res = calloc((size_t)o->n_prompts, sizeof *res);
+    if (!res) {
+        ret = CLI_EXIT_ENV;
+        goto done;
+    }
+    for (int i = 0; i < o->n_prompts; i++) {
+        res[i] = calloc(1, sizeof **res);
+        if (!res[i]) {
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
+        res[i]->index = i;
+        rc = ce_query(&ctx, &o->prompts[i], res[i], &err);
+        if (!rc)
+            rc = reference(o, m, res[i], &tol, &err);
+        if (rc) {
+            if (o->n_prompts > 1) {
+                char msg[sizeof err.message];
+                snprintf(msg, sizeof msg, "%s", err.message);
+                ce_fmt(err.message, sizeof err.message, "prompt %d: %s", i, msg);
+            }
+            cli_error(spec.tool, &err);
+            /* the engine failed (unreachable, timeout, 5xx): 3; a malformed or
+             * refused reply, a token outside the vocabulary: 2 */
+            ret = rc == GGUF_E_IO || rc == GGUF_E_NOMEM ? CLI_EXIT_ENV : CLI_EXIT_USAGE;
+            goto done;
+        }
+    }
+    ce_totals t;
+    ce_totals_compute(&t, res, o->n_prompts);
+    const gguf_hparams *hp = gguf_model_hparams(m);
+    ce_report rep = {o->model,
+                     hp->arch_name,
+                     refwd_backend_name(o->backend),
+                     refwd_http_url(ctx.http),
+                     gguf_engine_api_name(ctx.api),
+                     ctx.served_model,
+                     ctx.meta,
+                     &tol,
+                     o->show};
+    if (o->json)
+        ce_print_json(stdout, &rep, res, o->n_prompts, &t);
+    else
+        ce_print_text(stdout, &rep, res, o->n_prompts, &t);
+    fflush(stdout);
+    if (o->html && (rc = ce_write_html(o->html, &rep, res, o->n_prompts, &t, &err))) {
+        cli_error(spec.tool, &err);
+        ret = cli_exit_code(rc);
+        goto done;
+    }
+    ret = t.agree ? CLI_EXIT_OK : CLI_EXIT_DIFF;
+done:
+    for (int i = 0; res && i < o->n_prompts; i++) {
+        if (res[i])
+            ce_result_clear(res[i]);
+        free(res[i]);
+    }
+    free(res);
+    if (ctx.vocab) {
+        for (int64_t i = 0; i < ctx.n_vocab; i++)
+            free((char *)ctx.vocab[i]);
+        free(ctx.vocab);
+    }
+    refwd_http_free(ctx.http);
+    gguf_model_free(m);
+    gguf_set_close(set);
+    return ret;
+}
+
+int refwd_check_engine_main(int argc, char **argv)
+{
+    ce_opts o = {0};
+    o.n_predict = 16;
+    o.top_k = 5;
+    o.show = 8;
+    o.timeout = 600;
+    int c, optind_ = 1, ret = CLI_EXIT_USAGE;
+    const char *arg;
+    const char *messages_file = NULL, *prompts_file = NULL;
+    int n_sources = 0;
+    for (;;) {
+        c = cli_next(&spec, argc, argv, &arg, &optind_);
+        if (c == -1) {
+            if (optind_ >= argc)
+                break;
+            if (o.model) {
+                cli_errorf(spec.tool, "unexpected argument '%s' (see --help)", argv[optind_]);
+                goto done;
+            }
+            o.model = argv[optind_];
+            optind = optind_ + 1;
+            continue;
+        }
+        uint64_t v;
+        ce_prompt *p;
+        switch (c) {
+        case OPT_URL: o.url = arg; break;
+        case OPT_API:
+            if (gguf_engine_api_from_name(arg, &o.api)) {
+                cli_errorf(spec.tool, "--api: '%s' is not auto, openai, vllm, sglang or "
+                                      "llama-server", arg);
+                goto done;
+            }
+            break;
+        case OPT_SERVED: o.served = arg; break;
+        case OPT_PROMPT:
+        case OPT_CHAT:
+            n_sources++;
+            if (!(p = add_prompt(&o)) || !(*(c == OPT_PROMPT ? &p->text : &p->chat) = strdup(arg))) {
+                ret = CLI_EXIT_ENV;
+                goto done;
+            }
+            break;
+        case OPT_TOKENS:
+            n_sources++;
+            if (!(p = add_prompt(&o))) {
+                ret = CLI_EXIT_ENV;
+                goto done;
+            }
+            if (parse_ids(arg, &p->tokens, &p->n_tokens)) {
+                cli_errorf(spec.tool, "--tokens: '%s' is not a comma-separated list of ids", arg);
+                goto done;
+            }
+            break;
+        case OPT_MESSAGES: n_sources++; messages_file = arg; break;
+        case OPT_PROMPTS: n_sources++; prompts_file = arg; break;
+        case 'n':
+            if (cli_parse_u64(arg, &v) || v < 1 || v > 100000) {
+                cli_errorf(spec.tool, "-n: '%s' is not a count from 1 to 100000", arg);
+                goto done;
+            }
+            o.n_predict = (int64_t)v;
+            break;
+        case OPT_TOPK:
+            if (cli_parse_u64(arg, &v) || v < 1 || v > GGUF_ENGINE_MAX_TOP) {
+                cli_errorf(spec.tool, "--top-k: '%s' is not a count from 1 to %d", arg,
+                           GGUF_ENGINE_MAX_TOP);
+                goto done;
+            }
+            o.top_k = (int)v;
+            break;
+        case OPT_TOL: o.tol = arg; break;
+        case OPT_JSON: o.json = true; break;
+        case OPT_NO_ECHO: o.no_echo = true; break;
+        case OPT_HTML: o.html = arg; break;
+        case OPT_TIMEOUT: {
+            char *end;
+            o.timeout = strtod(arg, &end);
+            if (end == arg || *end || !(o.timeout > 0) || o.timeout > 86400) {
+                cli_errorf(spec.tool, "--timeout: '%s' is not a number of seconds", arg);
+                goto done;
+            }
+            break;
+        }
+        case OPT_HEADER:
+            if (o.n_headers >= MAX_HEADERS || !strchr(arg, ':')) {
+                cli_errorf(spec.tool, "--header: '%s' is not 'NAME: VALUE'%s", arg,
+                           o.n_headers >= MAX_HEADERS ? " (too many headers)" : "");
+                goto done;
+            }
+            o.headers[o.n_headers++] = arg;
+            break;
+        case OPT_API_KEY: o.api_key = arg; break;
+        case OPT_BACKEND:
+            if (refwd_backend_parse(arg, &o.backend)) {
+                cli_errorf(spec.tool, "--backend: '%s' is not cpu or cuda", arg);
+                goto done;
+            }
+            break;
+        case OPT_THREADS:
+            if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
+                cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
+                goto done;
+            }
+            o.threads = (int)v;
+            break;
+        case OPT_SHOW:
+            if (cli_parse_u64(arg, &v) || v > 100000) {
+                cli_errorf(spec.tool, "--show: '%s' is not a count", arg);
+                goto done;
+            }
+            o.show = (int)v;
+            break;
+        }
+    }
+    if (!o.model || !o.url) {
+        cli_errorf(spec.tool, "expected MODEL.gguf and --url URL (see --help)");
+        goto done;
+    }
+    if (n_sources != 1) {
+        cli_errorf(spec.tool, "give exactly one of --prompt, --chat, --messages, --tokens, "
+                              "--prompts (%d given)", n_sources);
+        goto done;
+    }
+    if (messages_file) {
+        ce_prompt *p = add_prompt(&o);
+        if (!p || !(p->messages = read_file(messages_file, NULL))) {
+            cli_errorf(spec.tool, "%s: cannot read: %s", messages_file, strerror(errno));
+            goto done;
+        }
+        json_error_t je;
+        json_t *mv = json_loads(p->messages, 0, &je);
+        const bool ok = json_is_array(mv);
+        json_decref(mv);
+        if (!ok) {
+            cli_errorf(spec.tool, "%s: not a JSON array of messages%s%s", messages_file,
+                       mv ? "" : ": ", mv ? "" : je.text);
+            goto done;
+        }
+    }
+    if (prompts_file && (ret = load_prompts(&o, prompts_file)))
+        goto done;
+    ret = run(&o);
+done:
+    free_prompts(&o);
+    return ret;
+}
