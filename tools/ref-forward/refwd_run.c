@@ -80,7 +80,7 @@ static const cli_opt options[] = {
     {OPT_GPU_MEM, "gpu-mem-limit", 1, "SIZE", "--backend cuda: device memory the forward may hold "
      "(e.g. 2G): weights stream through chunks sized to fit; exit 3 when even one layer "
      "cannot"},
-    {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads (default 1)"},
+    {OPT_THREADS, "threads", 1, "N", "threads for matmuls, attention and SwiGLU (default 1)"},
     {OPT_STATS, "stats", 0, NULL, "print weight bytes streamed, peak resident weights, time"},
     {OPT_TP, "tp", 1, "N", "virtual tensor parallel: N ranks from the shard plan, compared "
      "with the single-rank reference (exit 1 on a divergence)"},

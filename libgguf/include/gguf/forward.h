@@ -10,12 +10,13 @@
  *   - activations are kept in double; with GGUF_FWD_F32 every op rounds its
  *     result to float (f32 compute) while reductions (dot products, norms,
  *     softmax sums) accumulate in double; GGUF_FWD_F64 never rounds;
- *   - weights stream layer by layer from the file's mmap: a tensor is
- *     dequantized to float right before the matmul that uses it, in chunks
- *     of at most 32 MiB of floats, and freed after, so one chunk (plus small
- *     norms, and MLA's attn_k_b/attn_v_b) is resident at a time, far less
- *     than a layer; an MoE layer dequantizes only the experts some token
- *     routes to; with opts.drop_pages the mapped pages are dropped too;
+ *   - weights stream layer by layer from the file: each matmul thread
+ *     dequantizes a cache-sized block of its rows right before multiplying
+ *     it (the bytes read with pread, or through 4 MiB mapped windows dropped
+ *     after use), so a few blocks per thread (plus small norms, and MLA's
+ *     attn_k_b/attn_v_b) are resident at a time, far less than a layer; an
+ *     MoE layer dequantizes only the experts some token routes to; a model
+ *     over an HF checkpoint streams in chunks of at most 32 MiB of floats;
  *   - matmuls sum in a fixed order (four partial sums by index mod 4), so
  *     results do not depend on threads, on how tokens are batched, or on the
  *     SIMD path;
@@ -118,11 +119,12 @@ enum { GGUF_FWD_MLA_PLAIN = 0, GGUF_FWD_MLA_ABSORBED = 1 };
 typedef struct gguf_fwd_opts {
     int precision;        /* GGUF_FWD_F32 (default) or GGUF_FWD_F64 */
     int mla_mode;         /* GGUF_FWD_MLA_PLAIN (default) or _ABSORBED */
-    int n_threads;        /* matmul threads; 0 or 1 = the calling thread */
+    int n_threads;        /* threads for matmuls, attention heads and SwiGLU (a pool
+                             started with the context); 0 or 1 = the calling thread */
     bool dense_indexer;   /* glm-dsa: attend to every key, ignore the indexer */
-    bool drop_pages;      /* after reading weights, drop their mapped pages from the
-                             process (madvise DONTNEED) so that RSS stays about one
-                             chunk of weights; only for models mapped from files
+    bool drop_pages;      /* after reading weights through the mapping, drop its pages
+                             from the process (madvise DONTNEED) so that RSS stays a
+                             few blocks of weights; only for models mapped from files
                              (gguf_set_open), never for gguf_file_open_memory buffers */
     int64_t idx_top_k;    /* glm-dsa: override the indexer top-k (0 = metadata) */
     gguf_fwd_capture_fn capture; /* optional */
