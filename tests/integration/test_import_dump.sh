@@ -17,7 +17,7 @@ for m in llama deepseek_v3; do
     ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['token_ids'])))" "$H/tokens.json")
     expect 0 "$R" "$H/model-f32.gguf" --tokens "$ids" --record "$T/ref-$m.gguf" -q
     expect 0 "$R" import-dump "$H" --map hf --model "$H/model-f32.gguf" --tokens "$ids" -o "$T/hf-$m.gguf"
-    contains "$T/out" "$H through map hf: 4 captures of 12 tokens (backend hf-transformers, precision f32)"
+    contains "$T/out" "$H through map hf: 4 capture(s) of 12 tokens (backend hf-transformers, precision f32)"
     contains "$T/out" "output_norm              <- hidden_states.npy[2]  f32 [12, 128]"
     contains "$T/out" "wrote $T/hf-$m.gguf (tokens from --tokens, model digest from --model)"
     # the reference has more points than HF dumps: --common; token_embd has no partner in ours

@@ -141,7 +141,7 @@ static void print_plan(const gguf_import_plan *p, const char *dir, const char *m
     printf("%s through map %s", dir, map);
     if (cli_verbosity > 1 && strcmp(map, map_path))
         printf(" (%s)", map_path);
-    printf(": %lld captures of %lld tokens (backend %s, precision %s)\n",
+    printf(": %lld capture(s) of %lld tokens (backend %s, precision %s)\n",
            (long long)gguf_import_plan_count(p), (long long)gguf_import_plan_n_tokens(p),
            m->backend, m->precision);
     for (int64_t i = 0; i < gguf_import_plan_count(p); i++) {

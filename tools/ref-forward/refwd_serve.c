@@ -5,6 +5,7 @@
  * connection; the library queues the requests that need the model). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -417,6 +418,17 @@ static int host_addr(const char *host, unsigned port, struct sockaddr_storage *s
     return -1;
 }
 
+/* libmicrohttpd's own messages: with -v only (a failure to listen is said
+ * once, by the tool, with the address). */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (cli_verbosity < 2)
+        return;
+    fprintf(stderr, "%s: libmicrohttpd: ", spec.tool);
+    vfprintf(stderr, fmt, ap);
+}
+
 int refwd_serve_main(int argc, char **argv)
 {
     serve_args a = {0};
@@ -519,6 +531,7 @@ int refwd_serve_main(int argc, char **argv)
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                          MHD_OPTION_CONNECTION_LIMIT, limit,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                          MHD_OPTION_END);
     if (!d) {
         cli_errorf(spec.tool, "cannot listen on %s port %u: %s", a.host, a.port,
@@ -547,7 +560,7 @@ int refwd_serve_main(int argc, char **argv)
     gguf_serve_stats st;
     gguf_serve_get_stats(srv, &st);
     if (cli_verbosity > 0)
-        fprintf(stderr, "%s: %llu requests (%llu refused, %llu ran the model), %llu tokens "
+        fprintf(stderr, "%s: %llu request(s) (%llu refused, %llu ran the model), %llu tokens "
                         "evaluated in %.3f s\n", spec.tool, (unsigned long long)st.requests,
                 (unsigned long long)st.refused, (unsigned long long)st.model_requests,
                 (unsigned long long)st.tokens_evaluated, st.forward_seconds);
