@@ -104,6 +104,17 @@ for arch, tp in (("llama", 2), ("deepseek2", 2), ("qwen3moe", 4)):
         if rc != 0:
             bad.append(f"clean tp {tp} {arch}: exit {rc} {d and d['first_divergent']} {err.strip()}")
 
+# a check turned off is null in --json (the contract) and "off" in the text
+m = f"{T}/llama.gguf"
+with Serve(m) as s:
+    rc, d, out, err = check(m, s.url, "--tokens", TOK, "-n", "2", "--json", "--tol",
+                            "dlogprob=off,kl=0.001")
+    if rc != 0 or d["tolerances"] != {"dlogprob": None, "kl": 0.001, "top1": 1, "tie": 0.02}:
+        bad.append(f"--tol dlogprob=off --json: exit {rc} {d and d['tolerances']} {err.strip()}")
+    rc, _, out, err = check(m, s.url, "--tokens", TOK, "-n", "2", "--tol", "strict,tie=off")
+    if rc != 0 or "tolerances: dlogprob 0.001, kl 1e-05, top1 1, tie off\n" not in out:
+        bad.append(f"--tol tie=off text: exit {rc} {out[-200:]!r} {err.strip()}")
+
 # 3. faulty plans diverge at the right sequence index
 FAULTS = [("deepseek2", "kv-b-rows@1", 1, "default", []),
           ("deepseek2", "k-b-no-transpose", 2, "strict", []),

@@ -150,6 +150,15 @@ static int64_t first_generated(const gguf_engine_cmp *c)
 
 /* ---- text ---- */
 
+/* A bound as the user wrote it: a check that is off (bound < 0) is "off". */
+static void tol_text(char *buf, size_t size, double v)
+{
+    if (v < 0)
+        snprintf(buf, size, "off");
+    else
+        snprintf(buf, size, "%g", v);
+}
+
 static const char *over_names(uint32_t over, char *buf, size_t size)
 {
     buf[0] = 0;
@@ -311,8 +320,12 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
                 print_row(out, rep, r, &c->pos[k], k == c->first_divergent);
         }
     }
-    fprintf(out, "\ntolerances: dlogprob %g, kl %g, top1 %g, tie %g\n", rep->tol->dlogprob,
-            rep->tol->kl, rep->tol->top1, rep->tol->tie);
+    char tl[4][24];
+    const double tv[4] = {rep->tol->dlogprob, rep->tol->kl, rep->tol->top1, rep->tol->tie};
+    for (int k = 0; k < 4; k++)
+        tol_text(tl[k], sizeof tl[k], tv[k]);
+    fprintf(out, "\ntolerances: dlogprob %s, kl %s, top1 %s, tie %s\n", tl[0], tl[1], tl[2],
+            tl[3]);
     fprintf(out, "result: %s", t->agree ? "AGREE" : "DIVERGED");
     if (n > 1)
         fprintf(out, " (%d prompts)", n);
@@ -396,6 +409,14 @@ static void json_ids(FILE *out, const int32_t *ids, int64_t n)
     fputc(']', out);
 }
 
+static void json_tol(FILE *out, double v)
+{
+    if (v < 0)
+        fputs("null", out);
+    else
+        cli_json_num(out, v);
+}
+
 static void json_match(FILE *out, int m)
 {
     fputs(m < 0 ? "null" : m ? "true" : "false", out);
@@ -441,14 +462,15 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
     json_text(out, rep->model_path);
     fputs(", \"backend\": ", out);
     cli_json_str(out, rep->backend, SIZE_MAX);
+    /* a check that is off is null (the contract of docs/check-engine.md) */
     fputs(", \"tolerances\": {\"dlogprob\": ", out);
-    cli_json_num(out, rep->tol->dlogprob);
+    json_tol(out, rep->tol->dlogprob);
     fputs(", \"kl\": ", out);
-    cli_json_num(out, rep->tol->kl);
+    json_tol(out, rep->tol->kl);
     fputs(", \"top1\": ", out);
-    cli_json_num(out, rep->tol->top1);
+    json_tol(out, rep->tol->top1);
     fputs(", \"tie\": ", out);
-    cli_json_num(out, rep->tol->tie);
+    json_tol(out, rep->tol->tie);
     fputs("}, \"prompts\": [", out);
     for (int i = 0; i < n; i++) {
         const ce_result *r = res[i];
@@ -647,10 +669,14 @@ int ce_write_html(const char *path, const ce_report *rep, ce_result *const *res,
     esc(f, rep->api);
     fputs(") against the reference <b>", f);
     esc(f, rep->model_path);
+    char tl[4][24];
+    const double tv[4] = {rep->tol->dlogprob, rep->tol->kl, rep->tol->top1, rep->tol->tie};
+    for (int k = 0; k < 4; k++)
+        tol_text(tl[k], sizeof tl[k], tv[k]);
     fprintf(f, "</b> (%s)<br>top-1 agreement %.4f, KL(top-k) mean %.3e, max |dlogprob| %.3e; "
-               "tolerances dlogprob %g, kl %g, top1 %g, tie %g</p>\n",
-            rep->backend, t->top1_agreement, t->kl_topk_mean, t->max_abs_dlogprob,
-            rep->tol->dlogprob, rep->tol->kl, rep->tol->top1, rep->tol->tie);
+               "tolerances dlogprob %s, kl %s, top1 %s, tie %s</p>\n",
+            rep->backend, t->top1_agreement, t->kl_topk_mean, t->max_abs_dlogprob, tl[0], tl[1],
+            tl[2], tl[3]);
     for (int i = 0; i < n; i++) {
         const ce_result *r = res[i];
         const gguf_engine_cmp *c = r->cmp;
