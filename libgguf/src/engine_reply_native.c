@@ -180,9 +180,9 @@ static int llama_entry(int32_t *id, const char **text, double *lp, json_t *e, en
         jl = json_object_get(e, "prob");
     if (!jl)
         rc = eng_bad(err, p, "missing (expected a number)");
-    else
-        rc = eng_number(lp, jl, p, false, err);
-    if (!rc && is_prob) {
+    else /* null: llama-server's JSON for a NaN; the comparison flags it */
+        rc = eng_number(lp, jl, p, true, err);
+    if (!rc && is_prob && !isnan(*lp)) {
         if (*lp < 0 || *lp > 1)
             rc = eng_bad(err, p, "%g is not a probability", *lp);
         *lp = *lp > 0 ? log(*lp) : -INFINITY;

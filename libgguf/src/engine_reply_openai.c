@@ -75,8 +75,8 @@ static int parse_legacy(gguf_engine_reply *r, json_t *lp, eng_path *p, gguf_erro
         json_t *val;
         json_object_foreach(top, key, val) {
             const size_t o3 = eng_path_key(p, key);
-            double v;
-            if ((rc = eng_number(&v, val, p, false, err)))
+            double v; /* null: a NaN as JSON writers give it; the comparison flags it */
+            if ((rc = eng_number(&v, val, p, true, err)))
                 return rc;
             eng_path_pop(p, o3);
             if ((rc = eng_pos_add_alt(pos, -1, key, v, err)))
@@ -197,7 +197,7 @@ static int parse_prompt_logprobs(gguf_engine_reply *r, json_t *arr, eng_path *p,
             json_t *jl = json_object_get(val, "logprob");
             if (!jl)
                 return eng_bad(err, p, "missing (expected a number)");
-            if ((rc = eng_number(&lp, jl, p, false, err)))
+            if ((rc = eng_number(&lp, jl, p, true, err))) /* null: a NaN */
                 return rc;
             eng_path_pop(p, o3);
             const char *text = NULL;

@@ -74,6 +74,32 @@ START_TEST(identical)
 }
 END_TEST
 
+START_TEST(engine_nan)
+{
+    /* llama-server writes a NaN log-probability as null: the reply parses, and
+     * the position diverges whatever the tolerances (an engine computing NaNs
+     * is broken), with the chosen token the reference's own */
+    static const double p[1][4] = {{0.5, 0.25, 0.125, 0.125}};
+    float *l = rows_of(p, 1);
+    const char *body = "{\"choices\":[{\"logprobs\":{\"content\":[{\"id\":0,\"token\":\"a\","
+                       "\"logprob\":null,\"top_logprobs\":[{\"id\":0,\"logprob\":null},"
+                       "{\"id\":1,\"logprob\":null}]}]}}]}";
+    gguf_engine_reply *r = parse(body);
+    gguf_engine_cmp *c;
+    gguf_error err;
+    gguf_engine_tol t;
+    ck_assert_int_eq(gguf_engine_tol_parse(&t, "quant,dlogprob=off,kl=off", &err), 0);
+    ck_assert_int_eq(gguf_engine_compare(&c, r, 1, l, 1, 4, &t, &err), 0);
+    ck_assert(!c->agree);
+    ck_assert_int_eq(c->first_divergent, 0);
+    ck_assert(c->pos[0].over & GGUF_ENG_DLOGPROB);
+    ck_assert(isinf(c->max_abs_dlogprob));
+    gguf_engine_cmp_free(c);
+    gguf_engine_reply_free(r);
+    free(l);
+}
+END_TEST
+
 START_TEST(wrong_token)
 {
     /* the engine picks token 1 (0.6) where the reference has token 0 (0.5) */
@@ -262,10 +288,10 @@ START_TEST(tolerances)
     ck_assert_int_eq(gguf_engine_tol_preset(&t, "strict"), 0);
     ck_assert(t.dlogprob < 0.01 && t.top1 == 1);
     ck_assert_int_eq(gguf_engine_tol_preset(&t, "nope"), GGUF_E_INVALID);
-    ck_assert_int_eq(gguf_engine_tol_parse(&t, "quant,kl=0.5,tie=off", &err), 0);
-    NEAR(t.kl, 0.5, 0);
+    ck_assert_int_eq(gguf_engine_tol_parse(&t, "quant,kl=0.4,tie=off", &err), 0);
+    NEAR(t.kl, 0.4, 0);
     ck_assert(t.tie < 0);
-    NEAR(t.dlogprob, 1.0, 0);
+    NEAR(t.dlogprob, 2.5, 0);
     ck_assert_int_eq(gguf_engine_tol_parse(&t, "dlogprob=x", &err), GGUF_E_INVALID);
     ck_assert(strstr(err.message, "dlogprob") != NULL);
     ck_assert_int_eq(gguf_engine_tol_parse(&t, "top1=1.5", &err), GGUF_E_INVALID);
@@ -283,6 +309,7 @@ int main(void)
     TCase *t = tcase_create("compare");
     tcase_add_test(t, identical);
     tcase_add_test(t, wrong_token);
+    tcase_add_test(t, engine_nan);
     tcase_add_test(t, union_substitution);
     tcase_add_test(t, near_tie);
     tcase_add_test(t, top1_fraction);

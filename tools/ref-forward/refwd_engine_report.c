@@ -89,6 +89,8 @@ const char *ce_piece(const gguf_file *meta, int32_t id, char *buf, size_t size)
             j += (size_t)snprintf(buf + j, size - j, "\\t");
         else if (c == '\\')
             j += (size_t)snprintf(buf + j, size - j, "\\\\");
+        else if (c == '"') /* pieces are printed in quotes */
+            j += (size_t)snprintf(buf + j, size - j, "\\\"");
         else if (c < 0x20 || c == 0x7f)
             j += (size_t)snprintf(buf + j, size - j, "\\x%02x", c);
         else
