@@ -90,6 +90,15 @@ for arch in ARCHS:
             if rc != 0 or "== prompt 1" not in out or "result: AGREE (2 prompts)" not in out \
                     or "<svg" not in html or "AGREE" not in html:
                 bad.append(f"--prompts/--html: exit {rc} {err.strip()} {out[-300:]}")
+            # -q: the result line alone; -v: every position in the table
+            rc, _, out, err = check(m, s.url, "--tokens", TOK, "-n", "3", "-q")
+            if rc != 0 or out.count("\n") != 1 or not out.startswith("result: AGREE"):
+                bad.append(f"-q: exit {rc} {out!r}")
+            rc, _, out, err = check(m, s.url, "--tokens", TOK, "-n", "3", "-v")
+            kinds = [l.split()[2] for l in out.splitlines()
+                     if len(l.split()) > 3 and l.split()[2] in ("in", "gen")]
+            if rc != 0 or kinds.count("gen") != 3 or kinds.count("in") < 5:
+                bad.append(f"-v: exit {rc}: rows {kinds}")
             with open(f"{T}/p.jsonl", "w") as f:
                 f.write('{"tokens": [1, 2, 3], "prompt": "x"}\n')
             rc, _, out, err = check(m, s.url, "--prompts", f"{T}/p.jsonl")

@@ -69,7 +69,8 @@ static const cli_opt options[] = {
     {OPT_THREADS, "threads", 1, "N", "reference matmul threads (default 1)"},
     {OPT_NO_ECHO, "no-echo", 0, NULL, "compare the generated positions only (ask for no prompt "
      "log-probabilities)"},
-    {OPT_SHOW, "show", 1, "N", "table rows from the first divergence (default 8)"},
+    {OPT_SHOW, "show", 1, "N", "table rows from the first divergence (default 8; -v: every "
+     "position; -q: the result line only)"},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -445,7 +446,7 @@ int refwd_check_engine_main(int argc, char **argv)
     ce_opts o = {0};
     o.n_predict = 16;
     o.top_k = 5;
-    o.show = 8;
+    o.show = -1; /* not given: 8, every position with -v */
     o.timeout = 600;
     int c, optind_ = 1, ret = CLI_EXIT_USAGE;
     const char *arg;
@@ -556,6 +557,8 @@ int refwd_check_engine_main(int argc, char **argv)
             break;
         }
     }
+    if (o.show < 0)
+        o.show = cli_verbosity > 1 ? INT32_MAX : 8;
     if (!o.model || !o.url) {
         cli_errorf(spec.tool, "expected MODEL.gguf and --url URL (see --help)");
         goto done;

@@ -237,6 +237,8 @@ static void print_row(FILE *out, const ce_report *rep, const ce_result *r,
 void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n,
                    const ce_totals *t)
 {
+    if (cli_verbosity == 0) /* -q: the result line only */
+        goto result;
     fprintf(out, "engine:    %s (%s%s%s)\n", rep->url, rep->api,
             rep->served_model && *rep->served_model ? ", model " : "",
             rep->served_model ? rep->served_model : "");
@@ -313,7 +315,7 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
         if (start < 0)
             for (start = 0; start < c->n_pos && c->pos[start].prompt; start++)
                 ;
-        if (start >= c->n_pos)
+        if (start >= c->n_pos || cli_verbosity > 1) /* -v: every position */
             start = 0;
         if (c->n_pos > 0 && rep->show > 0) {
             fprintf(out, "\n  %5s %5s %-4s %7s %-14s %9s %9s %9s %9s\n", "pos", "seq", "kind",
@@ -328,6 +330,7 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
         tol_text(tl[k], sizeof tl[k], tv[k]);
     fprintf(out, "\ntolerances: dlogprob %s, kl %s, top1 %s, tie %s\n", tl[0], tl[1], tl[2],
             tl[3]);
+result:
     fprintf(out, "result: %s", t->agree ? "AGREE" : "DIVERGED");
     if (n > 1)
         fprintf(out, " (%d prompts)", n);
