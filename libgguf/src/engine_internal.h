@@ -77,6 +77,10 @@ int eng_set_token(int32_t *id, char **text, int32_t given_id, const char *s, uin
 int eng_parse_openai(gguf_engine_reply *r, json_t *root, gguf_engine_endpoint ep,
                      gguf_error *err);
 int eng_parse_generate(gguf_engine_reply *r, json_t *root, gguf_error *err);
+/* SGLang's meta_info: {input,output}_token_logprobs of [logprob, id, text]
+ * and their _top_logprobs (the /generate reply, and each chat choice that
+ * asked return_meta_info). */
+int eng_parse_sglang_meta(gguf_engine_reply *r, json_t *meta, eng_path *p, gguf_error *err);
 int eng_parse_completion(gguf_engine_reply *r, json_t *root, gguf_error *err);
 
 #endif

@@ -153,9 +153,13 @@ int eng_parse_generate(gguf_engine_reply *r, json_t *root, gguf_error *err)
         fr = json_object_get(fr, "type");
     if (json_is_string(fr) && (rc = eng_strdup(&r->finish_reason, json_string_value(fr), err)))
         return rc;
-    if ((rc = sgl_side(r, meta, "input", true, &p, err)))
-        return rc;
-    return sgl_side(r, meta, "output", false, &p, err);
+    return eng_parse_sglang_meta(r, meta, &p, err);
+}
+
+int eng_parse_sglang_meta(gguf_engine_reply *r, json_t *meta, eng_path *p, gguf_error *err)
+{
+    int rc = sgl_side(r, meta, "input", true, p, err);
+    return rc ? rc : sgl_side(r, meta, "output", false, p, err);
 }
 
 /* ---- llama-server /completion ---- */

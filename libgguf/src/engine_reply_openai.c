@@ -300,9 +300,17 @@ int eng_parse_openai(gguf_engine_reply *r, json_t *root, gguf_engine_endpoint ep
     if ((rc = opt_ids(&r->gen_ids, &r->n_gen_ids, c, "token_ids", &p, err)) ||
         (rc = opt_ids(&r->prompt_ids, &r->n_prompt_ids, c, "prompt_token_ids", &p, err)))
         return rc;
-    json_t *lp;
-    if ((rc = eng_get_object(&lp, c, "logprobs", &p, true, err)))
+    /* SGLang's chat with return_meta_info: the /generate log-probabilities,
+     * ids included, in place of logprobs.content's text-only tokens */
+    json_t *meta = ep == GGUF_EP_CHAT ? json_object_get(c, "meta_info") : NULL, *lp = NULL;
+    if (json_is_object(meta) && json_object_get(meta, "output_token_logprobs")) {
+        const size_t old = eng_path_key(&p, "meta_info");
+        if ((rc = eng_parse_sglang_meta(r, meta, &p, err)))
+            return rc;
+        eng_path_pop(&p, old);
+    } else if ((rc = eng_get_object(&lp, c, "logprobs", &p, true, err))) {
         return rc;
+    }
     if (lp) {
         const size_t old = eng_path_key(&p, "logprobs");
         json_t *content = json_object_get(lp, "content");

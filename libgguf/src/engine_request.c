@@ -97,6 +97,11 @@ int gguf_engine_request_build(char **out_body, const gguf_engine_request *rq, gg
                 bad |= set(o, "prompt_logprobs", json_integer(rq->top_k));
             bad |= set(o, "return_tokens_as_token_ids", json_true());
             bad |= set(o, "return_token_ids", json_true());
+        } else if (api == GGUF_API_SGLANG) {
+            /* SGLang >= 0.5.13 (ChatCompletionRequest in protocol.py): the
+             * templated prompt's ids and /generate's meta_info per choice */
+            bad |= set(o, "return_prompt_token_ids", json_true());
+            bad |= set(o, "return_meta_info", json_true());
         }
         bad |= set(o, "stream", json_false());
         break;
@@ -113,6 +118,11 @@ int gguf_engine_request_build(char **out_body, const gguf_engine_request *rq, gg
                 bad |= set(o, "prompt_logprobs", json_integer(rq->top_k));
             bad |= set(o, "return_tokens_as_token_ids", json_true());
             bad |= set(o, "return_token_ids", json_true());
+        } else if (api == GGUF_API_SGLANG) {
+            /* SGLang >= 0.5.13 (ChatCompletionRequest in protocol.py): the
+             * templated prompt's ids and /generate's meta_info per choice */
+            bad |= set(o, "return_prompt_token_ids", json_true());
+            bad |= set(o, "return_meta_info", json_true());
         }
         bad |= set(o, "stream", json_false());
         break;

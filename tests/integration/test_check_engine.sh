@@ -9,7 +9,8 @@
 #    the weights, the second for faults on the key side (RoPE, MLA's attn_k_b):
 #    with one token the attention weight is 1 whatever the keys, so the first
 #    row of logits is still right;
-#  - a closed port is exit 3; a server that answers garbage is exit 2 naming the
+#  - a closed port is exit 3; a server that answers garbage (or, as SGLang before
+#    0.5.13, a chat reply without prompt ids) is exit 2 naming the
 #    field, HTTP 5xx and timeouts are exit 3, a refusal (4xx) exit 2 with the
 #    server's message (a tiny python http.server, for these cases only);
 #  - a text prompt on the SentencePiece model of ../shared/testdata (when there)
@@ -197,6 +198,24 @@ class Garbage(http.server.BaseHTTPRequestHandler):
             self.answer(500, b'{"error": {"message": "CUDA error: an illegal memory access"}}')
         elif mode == "e400":
             self.answer(400, b'{"error": {"message": "logprobs must be at most 5"}}')
+        elif mode == "oldchat":
+            # SGLang before 0.5.13: a chat reply without prompt_token_ids
+            self.answer(200, json.dumps({"model": "m", "choices": [{
+                "index": 0, "finish_reason": "length",
+                "message": {"role": "assistant", "content": "x"},
+                "logprobs": {"content": [{"token": "x", "logprob": -0.5,
+                                          "top_logprobs": []}]}}]}).encode())
+        elif mode == "sglchat":
+            # SGLang 0.5.13's chat reply with return_prompt_token_ids and
+            # return_meta_info (serving_chat.py _build_chat_response)
+            self.answer(200, json.dumps({"model": "m", "choices": [{
+                "index": 0, "finish_reason": "length",
+                "message": {"role": "assistant", "content": "x"},
+                "prompt_token_ids": [1, 17, 42],
+                "meta_info": {"finish_reason": {"type": "length"},
+                              "output_token_logprobs": [[-0.5, 99, "x"], [-0.25, 7, "y"]],
+                              "output_top_logprobs": [[[-0.5, 99, "x"]], [[-0.25, 7, "y"]]]}
+            }]}).encode())
         elif mode == "slow":
             time.sleep(3)
             self.answer(200, b"{}")
@@ -213,6 +232,13 @@ for mode, want_rc, want_err in (
     rc, _, out, err = check(m, f"{base}/{mode}", "--tokens", TOK, "--timeout", "1")
     if rc != want_rc or want_err not in err or f"{base}/{mode}" not in err:
         bad.append(f"{mode}: exit {rc} (want {want_rc}): {err.strip()}")
+rc, _, out, err = check(m, f"{base}/oldchat", "--api", "sglang", "--chat", "Hi")
+if rc != 2 or "no prompt_token_ids" not in err or "SGLang before 0.5.13" not in err:
+    bad.append(f"SGLang chat without prompt ids: exit {rc}: {err.strip()}")
+rc, d, out, err = check(m, f"{base}/sglchat", "--api", "sglang", "--chat", "Hi", "--json")
+if rc not in (0, 1) or d["prompts"][0]["prompt_ids_from"] != "reply" or \
+        d["prompts"][0]["prompt_tokens"] != [1, 17, 42] or len(d["prompts"][0]["positions"]) != 2:
+    bad.append(f"SGLang chat with prompt ids: exit {rc}: {err.strip()} {d and d['prompts'][0]}")
 srv.shutdown()
 
 # 6. usage errors

@@ -243,10 +243,6 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
     const char *path = gguf_engine_endpoint_path(ep);
     r->endpoint = ep;
     r->tok_match = -1;
-    if (ep == GGUF_EP_CHAT && ctx->api == GGUF_API_SGLANG)
-        return gguf_error_setf(err, GGUF_E_UNSUPPORTED, 0,
-                               "SGLang's chat endpoint reports no prompt token ids to "
-                               "teacher-force: use --prompt or --tokens (its /generate)");
     gguf_engine_request rq = {0};
     rq.api = ctx->api;
     rq.endpoint = ep;
@@ -276,6 +272,13 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
         return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
                                "POST %s%s: the reply has no log-probabilities of generated "
                                "tokens (does the server return logprobs?)",
+                               refwd_http_url(ctx->http), path);
+    if (ep == GGUF_EP_CHAT && ctx->api == GGUF_API_SGLANG && !rp->prompt_ids)
+        /* its /tokenize takes no messages: the reply is the only source */
+        return gguf_error_setf(err, GGUF_E_UNSUPPORTED, 0,
+                               "POST %s%s: the reply has no prompt_token_ids (SGLang before "
+                               "0.5.13 ignores return_prompt_token_ids): use --prompt or "
+                               "--tokens (its /generate)",
                                refwd_http_url(ctx->http), path);
     if (ctx->no_echo)
         ce_note(r, "--no-echo: generated positions only");
