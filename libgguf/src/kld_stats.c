@@ -189,6 +189,13 @@ void gguf_kld_acc_stats(gguf_kld_acc *a, gguf_kld_stats *s)
     s->ln_ppl_ratio = lp - lb;
     const double r2 = lp_unc * lp_unc + lb_unc * lb_unc - 2.0 * cov;
     s->ln_ppl_ratio_unc = r2 > 0 ? sqrt(r2) : 0;
+    s->ppl_ratio = exp(s->ln_ppl_ratio);
+    s->ppl_ratio_unc = s->ppl_ratio * s->ln_ppl_ratio_unc;
+    /* the covariance of PPL(Q) and PPL(base) to first order, as llama.cpp */
+    s->ppl_diff = s->ppl - s->ppl_base;
+    const double d2 = s->ppl_unc * s->ppl_unc + s->ppl_base_unc * s->ppl_base_unc -
+                      2.0 * s->ppl * s->ppl_base * cov;
+    s->ppl_diff_unc = d2 > 0 ? sqrt(d2) : 0;
 
     mean_unc(a->sum_kld, a->sum_kld2, n, &s->mean_kld, &s->mean_kld_unc);
     const float *k = a->kld_values;

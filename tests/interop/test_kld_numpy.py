@@ -111,7 +111,7 @@ def test_layout_and_rows(files):
 def numpy_stats(files, model, tag):
     n_ctx, n_vocab, n_chunk, tokens, hdr, q, base_logp = read_kld(files["kld"])
     first = n_ctx // 2
-    kld, dp, same = [], [], []
+    kld, dp, same, nll, nll_base = [], [], [], [], []
     for c in range(n_chunk):
         lq = log_softmax(logits_of(model, tokens[c], files["dir"], f"{tag}{c}"))
         for j in range(n_ctx - 1 - first):
@@ -121,8 +121,10 @@ def numpy_stats(files, model, tag):
             kld.append(np.sum(np.exp(lb[keep]) * (lb[keep] - lm[keep])))
             tok = tokens[c, first + j + 1]
             dp.append(np.exp(lm[tok]) - np.exp(lb[tok]))
+            nll.append(-lm[tok])
+            nll_base.append(-lb[tok])
             same.append(np.argmax(lm) == np.argmax(lb))
-    kld, dp = np.array(kld), np.array(dp)
+    kld, dp, nll, nll_base = np.array(kld), np.array(dp), np.array(nll), np.array(nll_base)
     n = len(kld)
 
     def unc(x):  # llama.cpp's mean_and_uncertainty: sqrt(var / (n - 1)), population variance
@@ -135,7 +137,18 @@ def numpy_stats(files, model, tag):
         return (1 - (p - i)) * s[i] + (p - i) * s[min(i + 1, n - 1)]
 
     ms = np.mean(dp * dp)
-    return dict(count=n, mean_kld=np.mean(kld), mean_kld_uncertainty=unc(kld),
+    # perplexities, with llama.cpp's first-order uncertainties
+    cov = (np.mean(nll * nll_base) - np.mean(nll) * np.mean(nll_base)) / (n - 1)
+    ppl, ppl_base = np.exp(np.mean(nll)), np.exp(np.mean(nll_base))
+    ln_ratio_unc = np.sqrt(max(unc(nll) ** 2 + unc(nll_base) ** 2 - 2 * cov, 0))
+    ppl_ratio = np.exp(np.mean(nll) - np.mean(nll_base))
+    ppl_diff_unc = np.sqrt(max((ppl * unc(nll)) ** 2 + (ppl_base * unc(nll_base)) ** 2
+                               - 2 * ppl * ppl_base * cov, 0))
+    return dict(ppl=ppl, ppl_base=ppl_base, ln_ppl_ratio=np.mean(nll) - np.mean(nll_base),
+                ln_ppl_ratio_uncertainty=ln_ratio_unc, ppl_ratio=ppl_ratio,
+                ppl_ratio_uncertainty=ppl_ratio * ln_ratio_unc, ppl_diff=ppl - ppl_base,
+                ppl_diff_uncertainty=ppl_diff_unc, count=n, mean_kld=np.mean(kld),
+                mean_kld_uncertainty=unc(kld),
                 max_kld=kld.max(), p99_kld=pct(kld, 0.99), median_kld=np.median(kld),
                 min_kld=kld.min(), same_top_p=np.mean(same), rms_dp=np.sqrt(ms),
                 rms_dp_uncertainty=0.5 / np.sqrt(ms) * unc(dp * dp), mean_dp=np.mean(dp))
@@ -149,9 +162,17 @@ def test_statistics(files, which):
     want = numpy_stats(files, model, which)
     assert ours["count"] == want["count"] == N_CHUNK * (N_CTX - 1 - N_CTX // 2)
     for key in ("mean_kld", "mean_kld_uncertainty", "max_kld", "p99_kld", "median_kld",
-                "min_kld", "same_top_p", "rms_dp", "rms_dp_uncertainty", "mean_dp"):
+                "min_kld", "same_top_p", "rms_dp", "rms_dp_uncertainty", "mean_dp", "ppl",
+                "ppl_base", "ln_ppl_ratio", "ln_ppl_ratio_uncertainty", "ppl_ratio",
+                "ppl_ratio_uncertainty", "ppl_diff", "ppl_diff_uncertainty"):
         # float per-row arithmetic (as llama.cpp) against float64
-        tol = 2e-6 if which == "base" else 1e-4 * max(abs(want[key]), 1e-3)
+        tol = 2e-6 * max(abs(want[key]), 1) if which == "base" else \
+            1e-4 * max(abs(want[key]), 1e-3)
+        if which == "base" and key in ("ln_ppl_ratio_uncertainty", "ppl_ratio_uncertainty",
+                                       "ppl_diff", "ppl_diff_uncertainty"):
+            # differences of nearly equal sums: rounding against rounding, bounded only
+            # (the "other" model checks these figures)
+            tol = 1e-5 * want["ppl"]
         assert abs(ours[key] - want[key]) <= tol, (key, ours[key], want[key])
     if which == "other":
         assert want["mean_kld"] > 1e-3 and ours["same_top_p"] < 1

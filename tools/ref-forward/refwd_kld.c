@@ -438,6 +438,8 @@ static void print_stats(const gguf_kld_stats *s, const char *base, int64_t chunk
     printf("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100.0 * s->cor_ln_ppl);
     printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f ± %10.6f\n", s->ln_ppl_ratio,
            s->ln_ppl_ratio_unc);
+    printf("Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f\n", s->ppl_ratio, s->ppl_ratio_unc);
+    printf("Mean PPL(Q)-PPL(base)         : %10.6f ± %10.6f\n", s->ppl_diff, s->ppl_diff_unc);
     printf("\n====== KL divergence statistics ======\n");
     printf("Mean    KLD: %10.6f ± %10.6f\n", s->mean_kld, s->mean_kld_unc);
     printf("Maximum KLD: %10.6f\n", s->max_kld);
@@ -457,9 +459,14 @@ static void print_stats(const gguf_kld_stats *s, const char *base, int64_t chunk
     printf("99.9%%   Δp: %6.3f%%\n", 100.0 * s->p999_dp);
     printf("99.0%%   Δp: %6.3f%%\n", 100.0 * s->p99_dp);
     printf("95.0%%   Δp: %6.3f%%\n", 100.0 * s->p95_dp);
+    printf("90.0%%   Δp: %6.3f%%\n", 100.0 * s->p90_dp);
+    printf("75.0%%   Δp: %6.3f%%\n", 100.0 * s->p75_dp);
     printf("Median  Δp: %6.3f%%\n", 100.0 * s->median_dp);
+    printf("25.0%%   Δp: %6.3f%%\n", 100.0 * s->p25_dp);
+    printf("10.0%%   Δp: %6.3f%%\n", 100.0 * s->p10_dp);
     printf(" 5.0%%   Δp: %6.3f%%\n", 100.0 * s->p5_dp);
     printf(" 1.0%%   Δp: %6.3f%%\n", 100.0 * s->p1_dp);
+    printf(" 0.1%%   Δp: %6.3f%%\n", 100.0 * s->p01_dp);
     printf("Minimum Δp: %6.3f%%\n", 100.0 * s->min_dp);
     printf("RMS Δp    : %6.3f ± %5.3f %%\n", 100.0 * s->rms_dp, 100.0 * s->rms_dp_unc);
     printf("Same top p: %6.3f ± %5.3f %%\n", 100.0 * s->same_top_p, 100.0 * s->same_top_p_unc);
@@ -496,7 +503,12 @@ static void print_json(const gguf_kld_stats *s, const char *base, int64_t chunks
     json_kv("min_dp", s->min_dp, false);
     json_kv("ppl", s->ppl, false);
     json_kv("ppl_base", s->ppl_base, false);
-    json_kv("ln_ppl_ratio", s->ln_ppl_ratio, true);
+    json_kv("ln_ppl_ratio", s->ln_ppl_ratio, false);
+    json_kv("ln_ppl_ratio_uncertainty", s->ln_ppl_ratio_unc, false);
+    json_kv("ppl_ratio", s->ppl_ratio, false);
+    json_kv("ppl_ratio_uncertainty", s->ppl_ratio_unc, false);
+    json_kv("ppl_diff", s->ppl_diff, false);
+    json_kv("ppl_diff_uncertainty", s->ppl_diff_unc, true);
     printf("}\n");
 }
 

@@ -150,6 +150,8 @@ typedef struct gguf_kld_stats {
     double ppl, ppl_unc;                /* PPL(Q): the model compared */
     double ppl_base, ppl_base_unc;      /* PPL(base): the file */
     double ln_ppl_ratio, ln_ppl_ratio_unc;
+    double ppl_ratio, ppl_ratio_unc;    /* PPL(Q)/PPL(base) */
+    double ppl_diff, ppl_diff_unc;      /* PPL(Q)-PPL(base) */
     double cor_ln_ppl;                  /* correlation of ln PPL(Q) and ln PPL(base) */
     double mean_kld, mean_kld_unc;      /* KL(base || Q), nats */
     double max_kld, p999_kld, p99_kld, p95_kld, p90_kld, median_kld;
