@@ -16,7 +16,7 @@ build=${1:-$here/build}
 shift || true
 
 pkgs=(build-essential cmake pkg-config libzstd-dev libxxhash-dev check libcurl4-openssl-dev
-      libjansson-dev libmicrohttpd-dev libpcre2-dev)
+      libjansson-dev libmicrohttpd-dev libpcre2-dev libunistring-dev)
 [ "$tests" = 1 ] && pkgs+=(clang libclang-rt-14-dev chromium zstd curl jq xfsprogs)
 need_pkgs=()
 for p in "${pkgs[@]}"; do

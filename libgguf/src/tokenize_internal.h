@@ -194,17 +194,4 @@ int tok_special_partition_mode(const gguf_tokenizer *t, const char *text, size_t
 /* ---- pieces (tokenize_detok.c) ---- */
 int tok_pieces_setup(gguf_tokenizer *t, gguf_error *err);
 
-/* ---- Unicode maps for WPM (tokenize_tables.c, generated) ---- */
-typedef struct gguf_tok_range {
-    uint32_t first, last, to;
-} gguf_tok_range;
-typedef struct gguf_tok_pair {
-    uint32_t from, to;
-} gguf_tok_pair;
-extern const char gguf_tok_unicode_version[];
-extern const gguf_tok_range gguf_tok_nfd[];
-extern const size_t gguf_tok_nfd_count;
-extern const gguf_tok_pair gguf_tok_lower[];
-extern const size_t gguf_tok_lower_count;
-
 #endif

@@ -9,11 +9,13 @@
  *   word --("▁" + word; at each position the longest token, else the whole
  *           word is [UNK])--> ids
  *
- * The two maps come from the generated tokenize_tables.c; the character
- * classes are PCRE2 Unicode properties, in one splitter regex.
+ * The two maps are libunistring's (its Unicode database, as PCRE2's is for
+ * the character classes, which are PCRE2 properties in one splitter regex).
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unicase.h>
+#include <uninorm.h>
 
 #include "error_internal.h"
 #include "tokenize_internal.h"
@@ -35,31 +37,21 @@ int tok_wpm_setup(gguf_tokenizer *t, gguf_error *err)
     return tok_regex_compile_raw(&t->wpm_re, wpm_pattern, t->path, err);
 }
 
+/* The first code point of cp's full canonical decomposition: the mapping
+ * applied to its first code point until none is left (Hangul included). */
 static uint32_t nfd_first(uint32_t cp)
 {
-    size_t lo = 0, hi = gguf_tok_nfd_count;
-    while (lo < hi) {
-        const size_t mid = (lo + hi) / 2;
-        if (gguf_tok_nfd[mid].last < cp)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < gguf_tok_nfd_count && gguf_tok_nfd[lo].first <= cp ? gguf_tok_nfd[lo].to : cp;
+    ucs4_t d[UC_DECOMPOSITION_MAX_LENGTH];
+    while (uc_canonical_decomposition(cp, d) > 0)
+        cp = d[0];
+    return cp;
 }
 
+/* Simple (one code point) lowercase of UnicodeData.txt: İ (U+0130) gives i,
+ * the first code point of its full lowercase. */
 static uint32_t lower(uint32_t cp)
 {
-    size_t lo = 0, hi = gguf_tok_lower_count;
-    while (lo < hi) {
-        const size_t mid = (lo + hi) / 2;
-        if (gguf_tok_lower[mid].from < cp)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < gguf_tok_lower_count && gguf_tok_lower[lo].from == cp ? gguf_tok_lower[lo].to
-                                                                       : cp;
+    return uc_tolower(cp);
 }
 
 typedef struct wpm_ctx {
