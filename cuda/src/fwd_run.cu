@@ -27,6 +27,7 @@ extern "C" {
 #include "forward_setup.h"
 #include "gguf/dequant.h"
 }
+#include "fwd_block.h"
 #include "fwd_common.h"
 #include "fwd_cuda_internal.h"
 #include "fwd_dl.h"
@@ -971,13 +972,134 @@ static int fc_embd_chunk(const float *w, int64_t i, int64_t r0, int64_t nr, void
     return 0;
 }
 
+/* ------------------------------------------------------------ the loop's ops */
+
+/* One eval's state for the loop's ops (fwd_block.h). */
+typedef struct fc_eval_ctx {
+    gguf_cuda_fwd *c;
+    const double *cs; /* the RoPE table of these positions */
+    float *lg;        /* the logits on the device: freed by fc_eval */
+} fc_eval_ctx;
+
+static int fc_op_embed(void *ctx, const int32_t *tokens, int64_t n, float *x, float *part,
+                       gguf_error *err)
+{
+    gguf_cuda_fwd *c = ((fc_eval_ctx *)ctx)->c;
+    (void)part;
+    const gguf_tensor *te = W(c, -1, GGUF_ROLE_TOKEN_EMBD);
+    int rc;
+    if ((rc = need(te, -1, GGUF_ROLE_TOKEN_EMBD, err)))
+        return rc;
+    fs_rows *rq = (fs_rows *)malloc((size_t)n * sizeof *rq);
+    if (!rq)
+        return fw_nomem(err, "embedding");
+    for (int64_t t = 0; t < n; t++) {
+        rq[t].t = te;
+        rq[t].row0 = tokens[t];
+        rq[t].n_rows = 1;
+    }
+    fc_embd_arg a = {x, c->hp->n_embd, c->ks};
+    rc = fs_stream(c->fs, rq, n, fc_embd_chunk, &a, err);
+    free(rq);
+    return rc;
+}
+
+static int fc_op_norm(void *ctx, int64_t il, gguf_role role, gguf_role alt, float *y,
+                      const float *x, int64_t n, gguf_error *err)
+{
+    gguf_cuda_fwd *c = ((fc_eval_ctx *)ctx)->c;
+    const int64_t E = c->hp->n_embd;
+    const gguf_tensor *w = W(c, il, role);
+    if (!w && alt != GGUF_ROLE_UNKNOWN)
+        w = W(c, il, alt);
+    return fc_norm(c, y, x, n, 1, E, E, 0, w, err);
+}
+
+static int fc_op_attention(void *ctx, int64_t il, const float *cur, int64_t n, float *out,
+                           bool *reduce, gguf_error *err)
+{
+    const fc_eval_ctx *v = (const fc_eval_ctx *)ctx;
+    *reduce = false;
+    return v->c->hp->is_mla ? attn_mla(v->c, il, cur, n, v->cs, out, err)
+                            : attn_gqa(v->c, il, cur, n, v->cs, out, err);
+}
+
+/* The shared experts are added inside ffn_moe: has_shared stays false. */
+static int fc_op_ffn(void *ctx, int64_t il, bool moe, const float *cur, int64_t n,
+                     fb_ffn_out *out, gguf_error *err)
+{
+    gguf_cuda_fwd *c = ((fc_eval_ctx *)ctx)->c;
+    out->reduce_routed = false;
+    if (moe)
+        return ffn_moe(c, il, cur, n, out->routed, err);
+    const gguf_tensor *g = W(c, il, GGUF_ROLE_FFN_GATE), *u = W(c, il, GGUF_ROLE_FFN_UP),
+                      *d = W(c, il, GGUF_ROLE_FFN_DOWN);
+    int rc;
+    if ((rc = need(g, il, GGUF_ROLE_FFN_GATE, err)) || (rc = need(u, il, GGUF_ROLE_FFN_UP, err)) ||
+        (rc = need(d, il, GGUF_ROLE_FFN_DOWN, err)))
+        return rc;
+    return ffn_swiglu(c, g, u, d, 0, 0, g->ne[1], cur, n, out->routed, err);
+}
+
+static int fc_op_head(void *ctx, const float *cur, int64_t n, fb_logits *out, gguf_error *err)
+{
+    fc_eval_ctx *v = (fc_eval_ctx *)ctx;
+    gguf_cuda_fwd *c = v->c;
+    const int64_t E = c->hp->n_embd, V = c->hp->n_vocab;
+    int rc;
+    if ((rc = fc_alloc(c, &v->lg, (size_t)(n * V) * sizeof(float), err)))
+        return rc;
+    const gguf_tensor *wo = W(c, -1, GGUF_ROLE_OUTPUT);
+    if (!wo)
+        wo = W(c, -1, GGUF_ROLE_TOKEN_EMBD); /* tied embeddings */
+    if ((rc = fc_mm(c, v->lg, 0, cur, E, wo, 0, V, NULL, n, err)))
+        return rc;
+    out->dev = v->lg;
+    return 0;
+}
+
+static int fc_op_capture(void *ctx, int layer, gguf_capture_point p, const float *dev,
+                         const float *host, int64_t width, int64_t n, gguf_error *err)
+{
+    gguf_cuda_fwd *c = ((fc_eval_ctx *)ctx)->c;
+    return host ? fc_capture_host(c, layer, p, host, width, n, err)
+                : fc_capture(c, layer, p, dev, width, n, err);
+}
+
+static void fc_op_measure(void *ctx)
+{
+    fc_sample_mem(((fc_eval_ctx *)ctx)->c);
+}
+
+static int fc_op_logits(void *ctx, const fb_logits *lg, int64_t n, float *logits_out,
+                        gguf_error *err)
+{
+    gguf_cuda_fwd *c = ((fc_eval_ctx *)ctx)->c;
+    /* a copy to pageable memory waits for the stream: timed as the sync */
+    const double t0 = fc_now();
+    if (logits_out)
+        GC_TRY(err, cudaMemcpyAsync(logits_out, lg->dev,
+                                    (size_t)(n * c->hp->n_vocab) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, c->ks));
+    GC_TRY(err, cudaStreamSynchronize(c->ks));
+    c->xf.host_sync_seconds += fc_now() - t0;
+    GC_TRY(err, cudaGetLastError());
+    c->n_past += n;
+    return 0;
+}
+
+static const fb_ops fc_ops = {
+    fc_op_embed, fc_op_norm,    fc_op_attention, fc_op_ffn,    NULL /* one GPU: no reduce */,
+    fc_op_head,  fc_op_capture, fc_op_measure,   fc_op_logits,
+};
+
 static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *logits_out,
                    gguf_error *err)
 {
-    const gguf_hparams *hp = c->hp;
-    const int64_t E = hp->n_embd, V = hp->n_vocab;
-    float *x = NULL, *cur = NULL, *y = NULL, *lg = NULL;
+    const int64_t E = c->hp->n_embd;
+    float *x = NULL, *cur = NULL, *y = NULL;
     double *cs = NULL;
+    fc_eval_ctx v = {c, NULL, NULL};
     int rc;
     GC_GOTO(err, cudaSetDevice(c->device));
     if ((rc = fc_grow_cache(c, c->n_past + n, err)))
@@ -987,88 +1109,16 @@ static int fc_eval(gguf_cuda_fwd *c, const int32_t *tokens, int64_t n, float *lo
         (rc = fc_alloc(c, &y, (size_t)(n * E) * sizeof(float), err)) ||
         (rc = fwd_rope_table(&c->set.rope, c->n_past, n, c->pool, c->ks, &cs, err)))
         goto done;
+    v.cs = cs;
     {
-        const gguf_tensor *te = W(c, -1, GGUF_ROLE_TOKEN_EMBD);
-        if ((rc = need(te, -1, GGUF_ROLE_TOKEN_EMBD, err)))
-            goto done;
-        fs_rows *rq = (fs_rows *)malloc((size_t)n * sizeof *rq);
-        if (!rq) {
-            rc = fw_nomem(err, "embedding");
-            goto done;
-        }
-        for (int64_t t = 0; t < n; t++) {
-            rq[t].t = te;
-            rq[t].row0 = tokens[t];
-            rq[t].n_rows = 1;
-        }
-        fc_embd_arg a = {x, E, c->ks};
-        rc = fs_stream(c->fs, rq, n, fc_embd_chunk, &a, err);
-        free(rq);
-        if (rc)
-            goto done;
-        for (int64_t il = 0; il < hp->n_layer_main; il++) {
-            const int L = (int)il;
-            if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, il, GGUF_ROLE_ATTN_NORM), err)) ||
-                (rc = fc_capture(c, L, GGUF_CAP_ATTN_NORM, cur, E, n, err)))
-                goto done;
-            rc = hp->is_mla ? attn_mla(c, il, cur, n, cs, y, err)
-                            : attn_gqa(c, il, cur, n, cs, y, err);
-            if (rc || (rc = fc_capture(c, L, GGUF_CAP_ATTN_OUT, y, E, n, err)))
-                goto done;
-            fk_add(x, y, n * E, c->ks);
-            if ((rc = fc_capture(c, L, GGUF_CAP_ATTN_RESIDUAL, x, E, n, err)))
-                goto done;
-            const gguf_tensor *fn = W(c, il, GGUF_ROLE_FFN_NORM);
-            if (!fn)
-                fn = W(c, il, GGUF_ROLE_ATTN_POST_NORM);
-            if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, fn, err)) ||
-                (rc = fc_capture(c, L, GGUF_CAP_FFN_NORM, cur, E, n, err)))
-                goto done;
-            if (gguf_model_layer_kind(c->m, il) == GGUF_LAYER_MOE) {
-                rc = ffn_moe(c, il, cur, n, y, err);
-            } else {
-                const gguf_tensor *g = W(c, il, GGUF_ROLE_FFN_GATE),
-                                  *u = W(c, il, GGUF_ROLE_FFN_UP), *d = W(c, il, GGUF_ROLE_FFN_DOWN);
-                if (!(rc = need(g, il, GGUF_ROLE_FFN_GATE, err)) &&
-                    !(rc = need(u, il, GGUF_ROLE_FFN_UP, err)) &&
-                    !(rc = need(d, il, GGUF_ROLE_FFN_DOWN, err)))
-                    rc = ffn_swiglu(c, g, u, d, 0, 0, g->ne[1], cur, n, y, err);
-            }
-            if (rc || (rc = fc_capture(c, L, GGUF_CAP_FFN_OUT, y, E, n, err)))
-                goto done;
-            fk_add(x, y, n * E, c->ks);
-            if ((rc = fc_capture(c, L, GGUF_CAP_RESIDUAL, x, E, n, err)))
-                goto done;
-            fc_sample_mem(c);
-        }
-        if ((rc = fc_norm(c, cur, x, n, 1, E, E, 0, W(c, -1, GGUF_ROLE_OUTPUT_NORM), err)) ||
-            (rc = fc_capture(c, -1, GGUF_CAP_OUTPUT_NORM, cur, E, n, err)))
-            goto done;
-        if ((rc = fc_alloc(c, &lg, (size_t)(n * V) * sizeof(float), err)))
-            goto done;
-        const gguf_tensor *wo = W(c, -1, GGUF_ROLE_OUTPUT);
-        if (!wo)
-            wo = te; /* tied embeddings */
-        if ((rc = fc_mm(c, lg, 0, cur, E, wo, 0, V, NULL, n, err)) ||
-            (rc = fc_capture(c, -1, GGUF_CAP_LOGITS, lg, V, n, err)))
-            goto done;
-        fc_sample_mem(c);
-        /* a copy to pageable memory waits for the stream: timed as the sync */
-        const double t0 = fc_now();
-        if (logits_out) {
-            GC_GOTO(err, cudaMemcpyAsync(logits_out, lg, (size_t)(n * V) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, c->ks));
-        }
-        GC_GOTO(err, cudaStreamSynchronize(c->ks));
-        c->xf.host_sync_seconds += fc_now() - t0;
-        GC_GOTO(err, cudaGetLastError());
-        c->n_past += n;
+        const fb_exec e = {&fc_ops, &v, c->m, c->ks, x, cur, y, NULL};
+        rc = fb_run(&e, tokens, n, logits_out, err);
     }
 done:
     fc_dfree(c, x);
     fc_dfree(c, cur);
     fc_dfree(c, y);
-    fc_dfree(c, lg);
+    fc_dfree(c, v.lg);
     fc_dfree(c, cs);
     /* Leave nothing queued behind a failure: the next call starts clean. */
     cudaError_t se = cudaStreamSynchronize(c->ks);

@@ -18,6 +18,7 @@
 extern "C" {
 #include "forward_setup.h"
 }
+#include "fwd_block.h"
 #include "fwd_common.h"
 #include "fwd_cuda_internal.h"
 #include "fwd_dl.h"
@@ -738,157 +739,193 @@ static int64_t tc_rows_of(const gguf_cuda_tp *c, int64_t il, gguf_role role, int
     return e && e->ranks[q].ne[1] > 0 ? e->ranks[q].ne[1] : (e ? 1 : 0);
 }
 
-/* ---- eval ---- */
+/* ---- the loop's ops (fwd_block.h) ---- */
+
+/* One eval's state for the loop's ops; the buffers are freed by tc_eval. */
+typedef struct tc_eval_ctx {
+    gguf_cuda_tp *c;
+    const double *cs;  /* the RoPE table of these positions */
+    float *lr, *lall;  /* this rank's logits slice, every rank's (device) */
+    float *hl, *lg;    /* the gathered slices, the logits in vocab order (host) */
+} tc_eval_ctx;
+
+/* Vocab-parallel embedding: this rank serves ids [off, off + rows), the
+ * others' rows stay zero and the all-reduce fills them in. */
+static int tc_op_embed(void *ctx, const int32_t *tokens, int64_t n, float *x, float *part,
+                       gguf_error *err)
+{
+    gguf_cuda_tp *c = ((tc_eval_ctx *)ctx)->c;
+    const int64_t E = c->hp->n_embd;
+    int64_t off = 0;
+    for (int q = 0; q < c->r; q++)
+        off += tc_rows_of(c, -1, GGUF_ROLE_TOKEN_EMBD, q);
+    tw te;
+    int rc;
+    if ((rc = tc_get(c, -1, GGUF_ROLE_TOKEN_EMBD, &te, false, err)))
+        return rc;
+    const int64_t rows = te.ne[1];
+    for (int64_t t = 0; t < n && te.d; t++) {
+        const int64_t id = tokens[t];
+        if (id >= off && id < off + rows) {
+            cudaError_t ce = cudaMemcpy(part + t * E, te.d + (id - off) * te.ne[0],
+                                        (size_t)(E < te.ne[0] ? E : te.ne[0]) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice);
+            if (ce != cudaSuccess) {
+                tw_free(&te);
+                return gguf_cuda_fail(err, ce, "embedding");
+            }
+        }
+    }
+    tw_free(&te);
+    if ((rc = tc_allreduce(c, part, n * E, true, err)))
+        return rc;
+    GC_TRY(err, cudaMemcpy(x, part, (size_t)(n * E) * sizeof(float), cudaMemcpyDeviceToDevice));
+    return 0;
+}
+
+static int tc_op_norm(void *ctx, int64_t il, gguf_role role, gguf_role alt, float *y,
+                      const float *x, int64_t n, gguf_error *err)
+{
+    gguf_cuda_tp *c = ((tc_eval_ctx *)ctx)->c;
+    const int64_t E = c->hp->n_embd;
+    tw nw;
+    int rc;
+    if ((rc = tc_get(c, il, role, &nw, false, err)))
+        return rc;
+    if (!nw.d && alt != GGUF_ROLE_UNKNOWN && (rc = tc_get(c, il, alt, &nw, false, err)))
+        return rc;
+    rc = tc_norm(c, y, x, n, E, E, &nw, err);
+    tw_free(&nw);
+    return rc;
+}
+
+/* Each rank's heads write their share of out: zeroed first. */
+static int tc_op_attention(void *ctx, int64_t il, const float *cur, int64_t n, float *out,
+                           bool *reduce, gguf_error *err)
+{
+    const tc_eval_ctx *v = (const tc_eval_ctx *)ctx;
+    gguf_cuda_tp *c = v->c;
+    const fw_rope *rope = &c->rt.rope;
+    const double scale = c->rt.kq_scale;
+    const int64_t half = rope->n_rot / 2;
+    GC_TRY(err, cudaMemset(out, 0, (size_t)(n * c->hp->n_embd) * sizeof(float)));
+    int rc = c->hp->is_mla ? tc_attn_mla(c, il, rope->type, scale, v->cs, half, cur, n, out, err)
+                           : tc_attn_gqa(c, il, rope->type, scale, v->cs, half, cur, n, out, err);
+    if (rc)
+        return rc;
+    const gguf_shard_tensor *eo = gguf_shard_plan_get(c->plan, il, GGUF_ROLE_ATTN_OUT);
+    *reduce = eo ? eo->reduce_sum : true;
+    return 0;
+}
+
+static int tc_op_ffn(void *ctx, int64_t il, bool moe, const float *cur, int64_t n,
+                     fb_ffn_out *out, gguf_error *err)
+{
+    gguf_cuda_tp *c = ((tc_eval_ctx *)ctx)->c;
+    const size_t bytes = (size_t)(n * c->hp->n_embd) * sizeof(float);
+    GC_TRY(err, cudaMemset(out->routed, 0, bytes));
+    GC_TRY(err, cudaMemset(out->shared, 0, bytes));
+    if (moe)
+        return tc_ffn_moe(c, il, cur, n, out->routed, out->shared, &out->reduce_routed,
+                          &out->reduce_shared, &out->has_shared, err);
+    return tc_ffn_dense(c, il, GGUF_ROLE_FFN_GATE, GGUF_ROLE_FFN_UP, GGUF_ROLE_FFN_DOWN, cur, n,
+                        out->routed, &out->reduce_routed, err);
+}
+
+static int tc_op_reduce(void *ctx, float *buf, int64_t len, gguf_error *err)
+{
+    return tc_allreduce(((tc_eval_ctx *)ctx)->c, buf, len, true, err);
+}
+
+/* Vocab-parallel head, all-gathered (padded to the widest rank) and placed
+ * in rank order on the host, cut to n_vocab. */
+static int tc_op_head(void *ctx, const float *cur, int64_t n, fb_logits *out, gguf_error *err)
+{
+    tc_eval_ctx *v = (tc_eval_ctx *)ctx;
+    gguf_cuda_tp *c = v->c;
+    const int64_t E = c->hp->n_embd, V = c->hp->n_vocab;
+    const gguf_role head = gguf_shard_plan_get(c->plan, -1, GGUF_ROLE_OUTPUT)
+                               ? GGUF_ROLE_OUTPUT
+                               : GGUF_ROLE_TOKEN_EMBD;
+    int64_t rmax = 1;
+    for (int q = 0; q < c->tp; q++)
+        if (tc_rows_of(c, -1, head, q) > rmax)
+            rmax = tc_rows_of(c, -1, head, q);
+    tw wo;
+    int rc;
+    if ((rc = tc_get(c, -1, head, &wo, false, err)))
+        return rc;
+    if (!wo.d)
+        return gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET, "cuda tp: no output head");
+    rc = tc_alloc(&v->lr, n * rmax, err);
+    if (!rc)
+        rc = tc_alloc(&v->lall, (int64_t)c->tp * n * rmax, err);
+    if (!rc)
+        rc = tc_mm(c, v->lr, rmax, cur, E, &wo, NULL, n, err);
+    tw_free(&wo);
+    if (rc)
+        return rc;
+    GC_TRY(err, cudaStreamSynchronize(c->s));
+    if ((rc = gguf_nccl_all_gather(c->comm, v->lr, v->lall, (size_t)(n * rmax),
+                                   (gguf_cuda_stream *)c->s, err)))
+        return rc;
+    v->hl = (float *)malloc((size_t)(c->tp * n * rmax) * sizeof(float));
+    v->lg = (float *)calloc((size_t)(n * V) + 1, sizeof(float));
+    if (!v->hl || !v->lg)
+        return fw_nomem(err, "logits");
+    GC_TRY(err, cudaMemcpy(v->hl, v->lall, (size_t)(c->tp * n * rmax) * sizeof(float),
+                           cudaMemcpyDeviceToHost));
+    int64_t off = 0;
+    for (int q = 0; q < c->tp; q++) {
+        const int64_t rows = tc_rows_of(c, -1, head, q);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t j = 0; j < rows && off + j < V; j++)
+                v->lg[t * V + off + j] = v->hl[((int64_t)q * n + t) * rmax + j];
+        off += rows;
+    }
+    out->host = v->lg;
+    return 0;
+}
+
+static int tc_op_capture(void *ctx, int layer, gguf_capture_point p, const float *dev,
+                         const float *host, int64_t width, int64_t n, gguf_error *err)
+{
+    return tc_capture(((tc_eval_ctx *)ctx)->c, layer, p, dev, host, width, n, err);
+}
+
+static int tc_op_logits(void *ctx, const fb_logits *lg, int64_t n, float *logits_out,
+                        gguf_error *err)
+{
+    gguf_cuda_tp *c = ((tc_eval_ctx *)ctx)->c;
+    (void)err;
+    if (logits_out)
+        memcpy(logits_out, lg->host, (size_t)(n * c->hp->n_vocab) * sizeof(float));
+    c->n_past += n;
+    return 0;
+}
+
+static const fb_ops tc_ops = {
+    tc_op_embed, tc_op_norm,    tc_op_attention, tc_op_ffn,   tc_op_reduce,
+    tc_op_head,  tc_op_capture, NULL /* measure */, tc_op_logits,
+};
 
 static int tc_eval(gguf_cuda_tp *c, const int32_t *tokens, int64_t n, float *logits_out,
                    gguf_error *err)
 {
-    const gguf_hparams *hp = c->hp;
-    const int64_t E = hp->n_embd, V = hp->n_vocab;
-    float *x = NULL, *cur = NULL, *part = NULL, *part2 = NULL, *lr = NULL, *lall = NULL;
-    float *hl = NULL, *lg = NULL;
+    const int64_t E = c->hp->n_embd;
+    float *x = NULL, *cur = NULL, *part = NULL, *part2 = NULL;
     double *cs = NULL;
+    tc_eval_ctx v = {c, NULL, NULL, NULL, NULL, NULL};
     int rc;
     GC_TRY(err, cudaSetDevice(c->device));
-    const fw_rope rope = c->rt.rope;
-    const double scale = c->rt.kq_scale;
-    const int64_t half = rope.n_rot / 2;
     if ((rc = tc_alloc(&x, n * E, err)) || (rc = tc_alloc(&cur, n * E, err)) ||
         (rc = tc_alloc(&part, n * E, err)) || (rc = tc_alloc(&part2, n * E, err)) ||
-        (rc = fwd_rope_table(&rope, c->n_past, n, c->pool, c->s, &cs, err)))
+        (rc = fwd_rope_table(&c->rt.rope, c->n_past, n, c->pool, c->s, &cs, err)))
         goto done;
-    /* vocab-parallel embedding: this rank serves ids [off, off + rows) */
+    v.cs = cs;
     {
-        int64_t off = 0;
-        for (int q = 0; q < c->r; q++)
-            off += tc_rows_of(c, -1, GGUF_ROLE_TOKEN_EMBD, q);
-        tw te;
-        if ((rc = tc_get(c, -1, GGUF_ROLE_TOKEN_EMBD, &te, false, err)))
-            goto done;
-        const int64_t rows = te.ne[1];
-        for (int64_t t = 0; t < n && te.d; t++) {
-            const int64_t id = tokens[t];
-            if (id >= off && id < off + rows) {
-                cudaError_t ce = cudaMemcpy(part + t * E, te.d + (id - off) * te.ne[0],
-                                            (size_t)(E < te.ne[0] ? E : te.ne[0]) * sizeof(float),
-                                            cudaMemcpyDeviceToDevice);
-                if (ce != cudaSuccess) {
-                    tw_free(&te);
-                    rc = gguf_cuda_fail(err, ce, "embedding");
-                    goto done;
-                }
-            }
-        }
-        tw_free(&te);
-        if ((rc = tc_allreduce(c, part, n * E, true, err)))
-            goto done;
-        GC_GOTO(err, cudaMemcpy(x, part, (size_t)(n * E) * sizeof(float), cudaMemcpyDeviceToDevice));
-    }
-    for (int64_t il = 0; il < hp->n_layer_main; il++) {
-        const int L = (int)il;
-        tw nw;
-        if ((rc = tc_get(c, il, GGUF_ROLE_ATTN_NORM, &nw, false, err)))
-            goto done;
-        rc = tc_norm(c, cur, x, n, E, E, &nw, err);
-        tw_free(&nw);
-        if (rc || (rc = tc_capture(c, L, GGUF_CAP_ATTN_NORM, cur, NULL, E, n, err)))
-            goto done;
-        GC_GOTO(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
-        rc = hp->is_mla ? tc_attn_mla(c, il, rope.type, scale, cs, half, cur, n, part, err)
-                        : tc_attn_gqa(c, il, rope.type, scale, cs, half, cur, n, part, err);
-        if (rc)
-            goto done;
-        const gguf_shard_tensor *eo = gguf_shard_plan_get(c->plan, il, GGUF_ROLE_ATTN_OUT);
-        if ((rc = tc_allreduce(c, part, n * E, eo ? eo->reduce_sum : true, err)) ||
-            (rc = tc_capture(c, L, GGUF_CAP_ATTN_OUT, part, NULL, E, n, err)))
-            goto done;
-        fk_add(x, part, n * E, c->s);
-        if ((rc = tc_capture(c, L, GGUF_CAP_ATTN_RESIDUAL, x, NULL, E, n, err)))
-            goto done;
-        if ((rc = tc_get(c, il, GGUF_ROLE_FFN_NORM, &nw, false, err)))
-            goto done;
-        if (!nw.d && (rc = tc_get(c, il, GGUF_ROLE_ATTN_POST_NORM, &nw, false, err)))
-            goto done;
-        rc = tc_norm(c, cur, x, n, E, E, &nw, err);
-        tw_free(&nw);
-        if (rc || (rc = tc_capture(c, L, GGUF_CAP_FFN_NORM, cur, NULL, E, n, err)))
-            goto done;
-        GC_GOTO(err, cudaMemset(part, 0, (size_t)(n * E) * sizeof(float)));
-        GC_GOTO(err, cudaMemset(part2, 0, (size_t)(n * E) * sizeof(float)));
-        bool red_moe = true, red_sh = true, has_sh = false;
-        if (gguf_model_layer_kind(c->m, il) == GGUF_LAYER_MOE)
-            rc = tc_ffn_moe(c, il, cur, n, part, part2, &red_moe, &red_sh, &has_sh, err);
-        else
-            rc = tc_ffn_dense(c, il, GGUF_ROLE_FFN_GATE, GGUF_ROLE_FFN_UP, GGUF_ROLE_FFN_DOWN, cur,
-                              n, part, &red_moe, err);
-        if (rc || (rc = tc_allreduce(c, part, n * E, red_moe, err)))
-            goto done;
-        if (has_sh) {
-            if ((rc = tc_allreduce(c, part2, n * E, red_sh, err)))
-                goto done;
-            fk_add(part, part2, n * E, c->s);
-        }
-        if ((rc = tc_capture(c, L, GGUF_CAP_FFN_OUT, part, NULL, E, n, err)))
-            goto done;
-        fk_add(x, part, n * E, c->s);
-        if ((rc = tc_capture(c, L, GGUF_CAP_RESIDUAL, x, NULL, E, n, err)))
-            goto done;
-    }
-    /* final norm; vocab-parallel head, all-gathered (padded to the widest
-     * rank) and placed in rank order, cut to n_vocab */
-    {
-        tw nw, wo;
-        if ((rc = tc_get(c, -1, GGUF_ROLE_OUTPUT_NORM, &nw, false, err)))
-            goto done;
-        rc = tc_norm(c, cur, x, n, E, E, &nw, err);
-        tw_free(&nw);
-        if (rc || (rc = tc_capture(c, -1, GGUF_CAP_OUTPUT_NORM, cur, NULL, E, n, err)))
-            goto done;
-        const gguf_role head = gguf_shard_plan_get(c->plan, -1, GGUF_ROLE_OUTPUT)
-                                   ? GGUF_ROLE_OUTPUT
-                                   : GGUF_ROLE_TOKEN_EMBD;
-        int64_t rmax = 1;
-        for (int q = 0; q < c->tp; q++)
-            if (tc_rows_of(c, -1, head, q) > rmax)
-                rmax = tc_rows_of(c, -1, head, q);
-        if ((rc = tc_get(c, -1, head, &wo, false, err)))
-            goto done;
-        if (!wo.d) {
-            rc = gguf_fail(err, GGUF_E_NOT_FOUND, GGUF_NO_OFFSET, "cuda tp: no output head");
-            goto done;
-        }
-        if ((rc = tc_alloc(&lr, n * rmax, err)) ||
-            (rc = tc_alloc(&lall, (int64_t)c->tp * n * rmax, err)) ||
-            (rc = tc_mm(c, lr, rmax, cur, E, &wo, NULL, n, err))) {
-            tw_free(&wo);
-            goto done;
-        }
-        tw_free(&wo);
-        GC_GOTO(err, cudaStreamSynchronize(c->s));
-        if ((rc = gguf_nccl_all_gather(c->comm, lr, lall, (size_t)(n * rmax),
-                                       (gguf_cuda_stream *)c->s, err)))
-            goto done;
-        hl = (float *)malloc((size_t)(c->tp * n * rmax) * sizeof(float));
-        lg = (float *)calloc((size_t)(n * V) + 1, sizeof(float));
-        if (!hl || !lg) {
-            rc = fw_nomem(err, "logits");
-            goto done;
-        }
-        GC_GOTO(err, cudaMemcpy(hl, lall, (size_t)(c->tp * n * rmax) * sizeof(float),
-                               cudaMemcpyDeviceToHost));
-        int64_t off = 0;
-        for (int q = 0; q < c->tp; q++) {
-            const int64_t rows = tc_rows_of(c, -1, head, q);
-            for (int64_t t = 0; t < n; t++)
-                for (int64_t j = 0; j < rows && off + j < V; j++)
-                    lg[t * V + off + j] = hl[((int64_t)q * n + t) * rmax + j];
-            off += rows;
-        }
-        if ((rc = tc_capture(c, -1, GGUF_CAP_LOGITS, NULL, lg, V, n, err)))
-            goto done;
-        if (logits_out)
-            memcpy(logits_out, lg, (size_t)(n * V) * sizeof(float));
-        c->n_past += n;
+        const fb_exec e = {&tc_ops, &v, c->m, c->s, x, cur, part, part2};
+        rc = fb_run(&e, tokens, n, logits_out, err);
     }
 done:
     cudaStreamSynchronize(c->s);
@@ -896,12 +933,12 @@ done:
     cudaFree(cur);
     cudaFree(part);
     cudaFree(part2);
-    cudaFree(lr);
-    cudaFree(lall);
+    cudaFree(v.lr);
+    cudaFree(v.lall);
     if (cs)
         (void)cudaFreeAsync(cs, c->s);
-    free(hl);
-    free(lg);
+    free(v.hl);
+    free(v.lg);
     return rc;
 }
 

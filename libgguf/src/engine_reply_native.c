@@ -129,7 +129,7 @@ static int sgl_side(gguf_engine_reply *r, json_t *meta, const char *side, bool p
 int eng_parse_generate(gguf_engine_reply *r, json_t *root, gguf_error *err)
 {
     eng_path p = {{0}, 0};
-    json_t *obj, *meta, *ids;
+    json_t *obj = NULL, *meta = NULL, *ids = NULL;
     int rc = single(&obj, root, &p, err);
     const char *s;
     if (!rc)
@@ -200,7 +200,7 @@ static int llama_entry(int32_t *id, const char **text, double *lp, json_t *e, en
 int eng_parse_completion(gguf_engine_reply *r, json_t *root, gguf_error *err)
 {
     eng_path p = {{0}, 0};
-    json_t *obj, *ids, *probs;
+    json_t *obj = NULL, *ids = NULL, *probs = NULL;
     int rc = single(&obj, root, &p, err);
     const char *s;
     if (!rc)
@@ -223,8 +223,9 @@ int eng_parse_completion(gguf_engine_reply *r, json_t *root, gguf_error *err)
         eng_path_pop(&p, old);
     }
     /* completion_probabilities in the source, probs in the README's example */
-    const char *key = json_object_get(obj, "completion_probabilities") ? "completion_probabilities"
-                                                                       : "probs";
+    const char *key = obj && json_object_get(obj, "completion_probabilities")
+                          ? "completion_probabilities"
+                          : "probs";
     if (!rc)
         rc = eng_get_array(&probs, obj, key, &p, true, err);
     if (rc || !probs)
