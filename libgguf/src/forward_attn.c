@@ -211,109 +211,147 @@ done:
 
 /* ------------------------------------------------------------ MLA */
 
+/* One MLA call's work for the pool. Items are (position or token, head)
+ * pairs dealt round-robin; each item's arithmetic is what one thread would
+ * do, so the bits do not depend on the thread count. */
+typedef struct mla_job {
+    const double *lat; /* the latent cache, rows KW apart */
+    const double *q;   /* [n][nh][dk], RoPE applied */
+    const float *kb, *vb;
+    const uint8_t *keep;
+    double *o;       /* [n][nh][dv] */
+    double *kx, *vx; /* plain: keys [nk_all][nh][dk], values [nk_all][nh][dv] */
+    double *scratch; /* per part: scratch_len doubles */
+    int64_t KW, R, nh, nope, rope, dk, dv, n, n_past, nk_all, scratch_len;
+    double scale;
+    int prec;
+} mla_job;
+
+/* Plain, step 1: keys and values of cached position j, head h. */
+static void mla_expand_part(void *arg, int part, int n_parts)
+{
+    const mla_job *m = arg;
+    for (int64_t i = part; i < m->nk_all * m->nh; i += n_parts) {
+        const int64_t j = i / m->nh, h = i % m->nh;
+        const double *lj = m->lat + j * m->KW;
+        double *kh = m->kx + i * m->dk, *vh = m->vx + i * m->dv;
+        for (int64_t e = 0; e < m->nope; e++)
+            kh[e] = 0;
+        for (int64_t r = 0; r < m->R; r++) {
+            const float *kr = m->kb + (h * m->R + r) * m->nope;
+            const double lr = lj[r];
+            for (int64_t e = 0; e < m->nope; e++)
+                kh[e] += (double)kr[e] * lr;
+        }
+        fw_round(kh, m->nope, m->prec);
+        memcpy(kh + m->nope, lj + m->R, (size_t)m->rope * sizeof(double));
+        for (int64_t d = 0; d < m->dv; d++) {
+            const float *vr = m->vb + (h * m->dv + d) * m->R;
+            double s = 0;
+            for (int64_t r = 0; r < m->R; r++)
+                s += (double)vr[r] * lj[r];
+            vh[d] = s;
+        }
+        fw_round(vh, m->dv, m->prec);
+    }
+}
+
+/* Plain, step 2: attention of token t, head h over the expanded keys. */
+static void mla_plain_part(void *arg, int part, int n_parts)
+{
+    const mla_job *m = arg;
+    double *sc = m->scratch + part * m->scratch_len;
+    for (int64_t i = part; i < m->n * m->nh; i += n_parts) {
+        const int64_t t = i / m->nh, h = i % m->nh;
+        fw_attn_head(m->o + i * m->dv, m->q + i * m->dk, m->kx + h * m->dk, m->nh * m->dk,
+                     m->vx + h * m->dv, m->nh * m->dv, m->n_past + t + 1,
+                     m->keep + t * m->nk_all, m->dk, m->dv, m->scale, sc, m->prec);
+    }
+}
+
+/* Absorbed: k_b folded into the query (q_abs[r] = sum_j q_nope[j] k_b[h][r][j],
+ * Q' = [q_abs | q_pe]), attention over the latent, then v_b. */
+static void mla_absorbed_part(void *arg, int part, int n_parts)
+{
+    const mla_job *m = arg;
+    const int64_t R = m->R, dq = R + m->rope;
+    double *tmpw = m->scratch + part * m->scratch_len, *qah = tmpw + m->nope, *ol = qah + dq,
+           *sc = ol + R;
+    for (int64_t i = part; i < m->n * m->nh; i += n_parts) {
+        const int64_t t = i / m->nh, h = i % m->nh;
+        const double *qh = m->q + i * m->dk;
+        for (int64_t r = 0; r < R; r++) {
+            const float *kr = m->kb + (h * R + r) * m->nope;
+            for (int64_t j = 0; j < m->nope; j++)
+                tmpw[j] = kr[j];
+            qah[r] = fw_dot(qh, tmpw, m->nope);
+        }
+        fw_round(qah, R, m->prec);
+        memcpy(qah + R, qh + m->nope, (size_t)m->rope * sizeof(double));
+        fw_attn_head(ol, qah, m->lat, m->KW, m->lat, m->KW, m->n_past + t + 1,
+                     m->keep + t * m->nk_all, dq, R, m->scale, sc, m->prec);
+        double *oh = m->o + i * m->dv;
+        for (int64_t d = 0; d < m->dv; d++) {
+            const float *vr = m->vb + (h * m->dv + d) * R;
+            double s = 0;
+            for (int64_t r = 0; r < R; r++)
+                s += (double)vr[r] * ol[r];
+            oh[d] = s;
+        }
+        fw_round(oh, m->dv, m->prec);
+    }
+}
+
+/* Parts for items of about `per_item` multiply-adds each: the pool's
+ * threads for real work, one for microseconds of it. */
+static int mla_parts(const fw_pool *pool, int64_t items, double per_item)
+{
+    if ((double)items * per_item < 65536.0)
+        return 1;
+    return items < fw_pool_threads(pool) ? (int)items : fw_pool_threads(pool);
+}
+
 /* MLA attention over a latent cache (rows [kv_cmpr (R) | k_pe (rope)], KW
  * apart) for n queries q ([n][nh][nope+rope], RoPE applied), with k_b as
  * [nh][R][nope] and v_b as [nh][dv][R]; keep[t][j] selects keys. Output o
  * [n][nh*dv]. Plain: keys and values expanded per head; absorbed: k_b
- * folded into the queries, v_b applied after. */
+ * folded into the queries, v_b applied after. Heads run on the pool. */
 static int mla_core(fw_exec *c, const double *cache, int64_t KW, int64_t R, int64_t nh,
                     int64_t nope, int64_t rope, int64_t dv, const double *q, const float *kb,
                     const float *vb, const uint8_t *keep, int64_t n, double scale, double *o,
                     gguf_error *err)
 {
     const int64_t dk = nope + rope, nk_all = c->n_past + n;
-    const int prec = c->s.prec;
-    const double *lat_all = cache;
-    double *kx = NULL, *vx = NULL, *qa = NULL, *ol = NULL;
-    double *sc = fw_xcalloc((size_t)nk_all, sizeof(double));
-    int rc = 0;
-    if (!sc) {
-        rc = fw_nomem(err, "MLA");
-        goto done;
-    }
-    if (c->s.o.mla_mode == GGUF_FWD_MLA_ABSORBED) {
-        /* q_abs[h][r] = sum_j q_nope[h][j] k_b[h][r][j]; Q' = [q_abs | q_pe] */
-        const int64_t dq = R + rope;
-        qa = fw_xcalloc((size_t)(n * nh * dq), sizeof(double));
-        ol = fw_xcalloc((size_t)R, sizeof(double));
-        double *tmpw = fw_xcalloc((size_t)nope, sizeof(double));
-        if (!qa || !ol || !tmpw) {
-            free(tmpw);
-            rc = fw_nomem(err, "MLA");
-            goto done;
-        }
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t h = 0; h < nh; h++) {
-                const double *qh = q + (t * nh + h) * dk;
-                double *qah = qa + (t * nh + h) * dq;
-                for (int64_t r = 0; r < R; r++) {
-                    const float *kr = kb + (h * R + r) * nope;
-                    for (int64_t j = 0; j < nope; j++)
-                        tmpw[j] = kr[j];
-                    qah[r] = fw_dot(qh, tmpw, nope);
-                }
-                fw_round(qah, R, prec);
-                memcpy(qah + R, qh + nope, (size_t)rope * sizeof(double));
-            }
-        free(tmpw);
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t h = 0; h < nh; h++) {
-                fw_attn_head(ol, qa + (t * nh + h) * dq, lat_all, KW, lat_all, KW,
-                             c->n_past + t + 1, keep + t * nk_all, dq, R, scale, sc, prec);
-                double *oh = o + (t * nh + h) * dv;
-                for (int64_t d = 0; d < dv; d++) {
-                    const float *vr = vb + (h * dv + d) * R;
-                    double s = 0;
-                    for (int64_t r = 0; r < R; r++)
-                        s += (double)vr[r] * ol[r];
-                    oh[d] = s;
-                }
-                fw_round(oh, dv, prec);
-            }
+    const bool absorbed = c->s.o.mla_mode == GGUF_FWD_MLA_ABSORBED;
+    mla_job m = {cache, q,  kb,   vb,   keep, o,        NULL,     NULL, NULL, KW, R, nh,
+                 nope,  rope, dk, dv, n,   c->n_past, nk_all, 0,    scale, c->s.prec};
+    fw_pool *pool;
+    int rc = fw_exec_pool(c, &pool, err);
+    if (rc)
+        return rc;
+    const int parts = absorbed ? mla_parts(pool, n * nh,
+                                           (double)(R * nope + nk_all * (dk + 2 * R) + dv * R))
+                               : mla_parts(pool, n * nh, (double)(nk_all * (dk + dv)));
+    m.scratch_len = absorbed ? nope + (R + rope) + R + nk_all : nk_all;
+    m.scratch = fw_xcalloc((size_t)(parts * m.scratch_len), sizeof(double));
+    if (!m.scratch)
+        return fw_nomem(err, "MLA");
+    if (absorbed) {
+        fw_pool_run(pool, parts, mla_absorbed_part, &m);
     } else {
-        /* expand keys and values of every cached position, per head */
-        kx = fw_xcalloc((size_t)(nk_all * nh * dk), sizeof(double));
-        vx = fw_xcalloc((size_t)(nk_all * nh * dv), sizeof(double));
-        if (!kx || !vx) {
+        m.kx = fw_xcalloc((size_t)(nk_all * nh * dk), sizeof(double));
+        m.vx = fw_xcalloc((size_t)(nk_all * nh * dv), sizeof(double));
+        if (!m.kx || !m.vx) {
             rc = fw_nomem(err, "MLA");
-            goto done;
+        } else {
+            fw_pool_run(pool, mla_parts(pool, nk_all * nh, (double)(R * (nope + dv))),
+                        mla_expand_part, &m);
+            fw_pool_run(pool, parts, mla_plain_part, &m);
         }
-        for (int64_t j = 0; j < nk_all; j++) {
-            const double *lj = lat_all + j * KW;
-            for (int64_t h = 0; h < nh; h++) {
-                double *kh = kx + (j * nh + h) * dk, *vh = vx + (j * nh + h) * dv;
-                for (int64_t i = 0; i < nope; i++)
-                    kh[i] = 0;
-                for (int64_t r = 0; r < R; r++) {
-                    const float *kr = kb + (h * R + r) * nope;
-                    const double lr = lj[r];
-                    for (int64_t i = 0; i < nope; i++)
-                        kh[i] += (double)kr[i] * lr;
-                }
-                fw_round(kh, nope, prec);
-                memcpy(kh + nope, lj + R, (size_t)rope * sizeof(double));
-                for (int64_t d = 0; d < dv; d++) {
-                    const float *vr = vb + (h * dv + d) * R;
-                    double s = 0;
-                    for (int64_t r = 0; r < R; r++)
-                        s += (double)vr[r] * lj[r];
-                    vh[d] = s;
-                }
-                fw_round(vh, dv, prec);
-            }
-        }
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t h = 0; h < nh; h++)
-                fw_attn_head(o + (t * nh + h) * dv, q + (t * nh + h) * dk, kx + h * dk, nh * dk,
-                             vx + h * dv, nh * dv, c->n_past + t + 1, keep + t * nk_all, dk, dv,
-                             scale, sc, prec);
+        free(m.kx);
+        free(m.vx);
     }
-done:
-    free(sc);
-    free(kx);
-    free(vx);
-    free(qa);
-    free(ol);
+    free(m.scratch);
     return rc;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ref-forward on generated models of every architecture: the properties a
 # correct forward pass must have, whatever the weights.
-#  - f32 (f64 sums) and f64 agree; one thread and two give the same bits;
+#  - f32 (f64 sums) and f64 agree; one thread and two (three for MLA, both
+#    modes) give the same bits;
 #  - decoding token by token through the KV cache equals one pass over the
 #    whole sequence;
 #  - MLA plain == MLA absorbed, split attn_k_b/attn_v_b == legacy attn_kv_b;
@@ -56,6 +57,11 @@ for arch in deepseek2 glm-dsa; do
         || fail "$arch: legacy attn_kv_b and split attn_k_b/attn_v_b of the same weights differ"
     expect 0 "$R" "$T/$arch.gguf" --tokens $TOK --mla absorbed --logits "$T/$arch-abs.npy" -q
     close "$T/$arch-f32.npy" "$T/$arch-abs.npy" 1e-5 && pass || fail "$arch: absorbed vs plain"
+    # MLA heads run on the pool: 3 threads give the bits of one, both modes
+    expect 0 "$R" "$T/$arch.gguf" --tokens $TOK --mla absorbed --threads 3 --logits "$T/$arch-abs3.npy" -q
+    cmp -s "$T/$arch-abs.npy" "$T/$arch-abs3.npy" && pass || fail "$arch: absorbed MLA: threads change the bits"
+    expect 0 "$R" "$T/$arch.gguf" --tokens $TOK --threads 3 --logits "$T/$arch-t3.npy" -q
+    cmp -s "$T/$arch-f32.npy" "$T/$arch-t3.npy" && pass || fail "$arch: plain MLA: threads change the bits"
     gen --arch "$arch" --type Q8_0 --legacy-kv-b "$T/$arch-legacy.gguf"
     expect 0 "$R" "$T/$arch-legacy.gguf" --tokens $TOK --logits "$T/$arch-legacy.npy" -q
     python3 -c "
