@@ -122,6 +122,46 @@ done:
 
 /* ------------------------------------------------------------ glm-dsa indexer */
 
+/* The indexer's selection for the pool: query t's scores and top-k, queries
+ * dealt round-robin (later ones see more keys); per part a score row and a
+ * selection buffer. */
+typedef struct dsa_job {
+    const double *iq, *wt, *ik;
+    uint8_t *keep;
+    double *score;
+    int64_t *sel;
+    int64_t nh, hd, top_k, n, n_past, n_keys_max, n_sel;
+    double wscale;
+} dsa_job;
+
+static void dsa_select_part(void *arg, int part, int n_parts)
+{
+    const dsa_job *j = arg;
+    double *score = j->score + part * j->n_keys_max;
+    int64_t *sel = j->sel + part * j->n_sel;
+    for (int64_t t = part; t < j->n; t += n_parts) {
+        const int64_t nk = j->n_past + t + 1;
+        uint8_t *kp = j->keep + t * j->n_keys_max;
+        memset(kp, 0, (size_t)j->n_keys_max);
+        if (nk <= j->top_k) {
+            memset(kp, 1, (size_t)nk);
+            continue;
+        }
+        for (int64_t k = 0; k < nk; k++) {
+            double s = 0;
+            for (int64_t h = 0; h < j->nh; h++) {
+                double d = fw_dot(j->iq + (t * j->nh + h) * j->hd, j->ik + k * j->hd, j->hd);
+                if (d > 0)
+                    s += j->wt[t * j->nh + h] * j->wscale * d;
+            }
+            score[k] = s;
+        }
+        int64_t got = fw_topk(score, NULL, nk, j->top_k, sel);
+        for (int64_t i = 0; i < got; i++)
+            kp[sel[i]] = 1;
+    }
+}
+
 /* For each query t, which of the keys 0..n_past+t it may attend to
  * (keep[t][j]). Scores are
  *   sum_h w[t][h] relu(iq[t][h] . ik[j]) / sqrt(idx_head_dim * idx_n_head)
@@ -146,13 +186,20 @@ int fw_dsa_indexer(fw_exec *c, int64_t il, double *idx_cache, const double *cur,
         memset(keep, 1, (size_t)(n * n_keys_max));
         return 0;
     }
+    fw_pool *pool;
+    int rc = fw_exec_pool(c, &pool, err);
+    if (rc)
+        return rc;
+    /* threads only for real work: the scores are n * keys * nh * hd products */
+    const int64_t n_sel = (top_k < n_keys_max ? top_k : n_keys_max) + 1;
+    int parts = n < fw_pool_threads(pool) ? (int)n : fw_pool_threads(pool);
+    if ((double)n * (double)n_keys_max * (double)(nh * hd) < 65536.0)
+        parts = 1;
     double *iq = fw_xcalloc((size_t)(n * nh * hd), sizeof(double));
     double *wt = fw_xcalloc((size_t)(n * nh), sizeof(double));
-    double *score = fw_xcalloc((size_t)n_keys_max, sizeof(double));
-    int64_t *sel =
-        fw_xcalloc((size_t)(top_k < n_keys_max ? top_k : n_keys_max) + 1, sizeof(int64_t));
+    double *score = fw_xcalloc((size_t)(parts * n_keys_max), sizeof(double));
+    int64_t *sel = fw_xcalloc((size_t)(parts * n_sel), sizeof(int64_t));
     float *knw = NULL, *knbw = NULL;
-    int rc = 0;
     if (!iq || !wt || !score || !sel) {
         rc = fw_nomem(err, "indexer");
         goto done;
@@ -175,28 +222,9 @@ int fw_dsa_indexer(fw_exec *c, int64_t il, double *idx_cache, const double *cur,
         for (int64_t h = 0; h < nh; h++)
             fw_rope_apply(&ir, iq + (t * nh + h) * hd, c->n_past + t, prec);
     }
-    const double wscale = 1.0 / sqrt((double)(hd * nh));
-    for (int64_t t = 0; t < n; t++) {
-        const int64_t nk = c->n_past + t + 1;
-        uint8_t *kp = keep + t * n_keys_max;
-        memset(kp, 0, (size_t)n_keys_max);
-        if (nk <= top_k) {
-            memset(kp, 1, (size_t)nk);
-            continue;
-        }
-        for (int64_t j = 0; j < nk; j++) {
-            double s = 0;
-            for (int64_t h = 0; h < nh; h++) {
-                double d = fw_dot(iq + (t * nh + h) * hd, idx_cache + j * hd, hd);
-                if (d > 0)
-                    s += wt[t * nh + h] * wscale * d;
-            }
-            score[j] = s;
-        }
-        int64_t got = fw_topk(score, NULL, nk, top_k, sel);
-        for (int64_t i = 0; i < got; i++)
-            kp[sel[i]] = 1;
-    }
+    dsa_job j = {iq, wt, idx_cache, keep, score, sel, nh, hd, top_k, n, c->n_past, n_keys_max,
+                 n_sel, 1.0 / sqrt((double)(hd * nh))};
+    fw_pool_run(pool, parts, dsa_select_part, &j);
 done:
     if (knw)
         fw_vec_free(c, knw, kn.ne[0]);

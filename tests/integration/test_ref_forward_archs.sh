@@ -78,6 +78,11 @@ cmp -s "$T/dsa-dense.npy" "$T/dsa-k12.npy" && pass || fail "glm-dsa: top-k = pro
 # top-k 4 < prompt: positions 0..3 see every key either way; later ones do not
 expect 0 "$R" "$D" --tokens $TOK --indexer-top-k 4 --logits "$T/dsa-k4.npy" -q
 close "$T/dsa-dense.npy" "$T/dsa-k4.npy" 1e-7 4 && pass || fail "glm-dsa: first top-k rows"
+# the selection runs on the pool (40 tokens: enough work for threads): 3 give the bits of one
+T40=$(python3 -c "print(','.join(str(i * 37 % 500 + 1) for i in range(40)))")
+expect 0 "$R" "$D" --tokens "$T40" --indexer-top-k 8 --logits "$T/dsa-k8t1.npy" -q
+expect 0 "$R" "$D" --tokens "$T40" --indexer-top-k 8 --threads 3 --logits "$T/dsa-k8t3.npy" -q
+cmp -s "$T/dsa-k8t1.npy" "$T/dsa-k8t3.npy" && pass || fail "glm-dsa: threads change the indexer's bits"
 if close "$T/dsa-dense.npy" "$T/dsa-k4.npy" 1e-3 2>/dev/null; then
     fail "glm-dsa: top-k 4 over 12 tokens changed nothing (indexer not applied)"
 else pass; fi
