@@ -58,7 +58,10 @@ int fw_exec_parallel(struct fw_exec *c, int64_t n, int64_t min_per_part,
  * needs anew (fresh ones cost a page fault per 4 KiB in every block and an
  * unmap after). Its contents are left over from the last use. NULL when out
  * of memory or for a bad slot. */
-#define FW_SCRATCH_SLOTS 2
+#define FW_SCRATCH_SLOTS 3
+/* Slots 0 and 1: the FFN's gate and up rows; this one: a checkpoint's
+ * dequantized rows (floats, at most 32 MiB), chunk after chunk. */
+#define FW_SCRATCH_HF_ROWS 2
 double *fw_exec_scratch(struct fw_exec *c, int slot, size_t n);
 
 /* How tensors of the model's file are read when pages are dropped:

@@ -27,25 +27,91 @@ static void note_resident(fw_exec *c, uint64_t floats)
         c->st.peak_weight_bytes = c->resident;
 }
 
-/* Rows [row0, row0+n_rows) of an HF checkpoint's weight, as dequant(). */
+/* An HF checkpoint's rows on the pool: part i converts its contiguous share
+ * of the rows (each row's conversion is the same whoever does it), with its
+ * own status and error. */
+typedef struct hf_rows_job {
+    const gguf_model *m;
+    const gguf_model_tensor *mt;
+    float *buf;
+    int64_t row0, n_rows, width;
+    uint32_t flags;
+    int *rc;
+    uint64_t *bytes;
+    gguf_error *errs;
+} hf_rows_job;
+
+static void hf_rows_part(void *arg, int part, int n_parts)
+{
+    const hf_rows_job *j = arg;
+    const int64_t b = j->n_rows * part / n_parts, e = j->n_rows * (part + 1) / n_parts;
+    if (e > b)
+        j->rc[part] = gguf_model_tensor_rows(j->m, j->mt, j->row0 + b, e - b, j->buf + b * j->width,
+                                             j->flags, &j->bytes[part], &j->errs[part]);
+}
+
+/* Rows [row0, row0+n_rows) of an HF checkpoint's weight into dst, counted as
+ * resident weights: FP8 and NVFP4 conversions cost more than the matmul's
+ * read of the floats, so they run on every thread (parts of at least 64 Ki
+ * floats). */
+static int rows_hf(fw_exec *c, const gguf_model_tensor *mt, int64_t row0, int64_t n_rows,
+                   float *dst, gguf_error *err)
+{
+    const int64_t w = mt->t->ne[0];
+    fw_pool *pool;
+    int rc = fw_exec_pool(c, &pool, err);
+    if (rc)
+        return rc;
+    int64_t parts = (n_rows * w) >> 16;
+    if (parts > fw_pool_threads(pool))
+        parts = fw_pool_threads(pool);
+    if (parts > n_rows)
+        parts = n_rows;
+    if (parts < 1)
+        parts = 1;
+    int *rcs = calloc((size_t)parts, sizeof *rcs);
+    uint64_t *bytes = calloc((size_t)parts, sizeof *bytes);
+    gguf_error *errs = calloc((size_t)parts, sizeof *errs);
+    if (!rcs || !bytes || !errs) {
+        rc = fw_nomem(err, mt->t->name);
+        goto done;
+    }
+    const uint32_t flags = c->s.o.drop_pages ? GGUF_MODEL_ROWS_DROP_PAGES : 0;
+    hf_rows_job j = {c->s.m, mt, dst, row0, n_rows, w, flags, rcs, bytes, errs};
+    fw_pool_run(pool, (int)parts, hf_rows_part, &j);
+    uint64_t read = 0;
+    for (int64_t i = 0; i < parts; i++) {
+        if (rcs[i] && !rc) {
+            rc = rcs[i];
+            if (err)
+                *err = errs[i];
+        }
+        read += bytes[i];
+    }
+    if (!rc) {
+        c->st.weight_bytes += read;
+        c->st.dequant_floats += (uint64_t)(n_rows * w);
+        note_resident(c, (uint64_t)(n_rows * w));
+    }
+done:
+    free(rcs);
+    free(bytes);
+    free(errs);
+    return rc;
+}
+
+/* The same into a new buffer, as dequant(). */
 static int dequant_hf(fw_exec *c, const gguf_model_tensor *mt, int64_t row0, int64_t n_rows,
                       float **out, gguf_error *err)
 {
-    const int64_t w = mt->t->ne[0];
-    float *buf = malloc((size_t)(n_rows * w) * sizeof(float) + 1);
+    float *buf = malloc((size_t)(n_rows * mt->t->ne[0]) * sizeof(float) + 1);
     if (!buf)
         return fw_nomem(err, mt->t->name);
-    uint64_t bytes = 0;
-    int rc = gguf_model_tensor_rows(c->s.m, mt, row0, n_rows, buf,
-                                    c->s.o.drop_pages ? GGUF_MODEL_ROWS_DROP_PAGES : 0, &bytes,
-                                    err);
+    int rc = rows_hf(c, mt, row0, n_rows, buf, err);
     if (rc) {
         free(buf);
         return rc;
     }
-    c->st.weight_bytes += bytes;
-    c->st.dequant_floats += (uint64_t)(n_rows * w);
-    note_resident(c, (uint64_t)(n_rows * w));
     *out = buf;
     return 0;
 }
@@ -258,14 +324,19 @@ int fw_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xw, int64_
         int64_t chunk = (int64_t)FW_CHUNK_FLOATS / n_in;
         if (chunk < 1)
             chunk = 1;
+        /* one buffer kept by the context for every chunk: a fresh one would
+         * cost a page fault and a zeroed page per 4 KiB of every chunk */
+        const int64_t cap = (chunk < n_out ? chunk : n_out) * n_in;
+        float *buf = (float *)fw_exec_scratch(c, FW_SCRATCH_HF_ROWS, (size_t)(cap / 2 + 1));
+        if (!buf)
+            rc = fw_nomem(err, "checkpoint rows");
         for (int64_t r = 0; r < n_out && !rc; r += chunk) {
             const int64_t nr = n_out - r < chunk ? n_out - r : chunk;
-            float *buf = NULL;
-            if ((rc = dequant(c, w, w->row0 + r, nr, &buf, err)))
+            if ((rc = rows_hf(c, w->hf, w->row0 + r, nr, buf, err)))
                 break;
             fw_matmul(y + r, ys, xx, xs, buf, b ? b + r : NULL, n_in, nr, n_tok,
                       c->s.o.n_threads, c->s.prec);
-            release(c, buf, nr * n_in);
+            c->resident -= (uint64_t)(nr * n_in) * sizeof(float);
         }
     }
     if (b)

@@ -16,6 +16,9 @@ for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
         contains "$T/out" "generated:"
         contains "$T/out" "text: (no vocabulary: give --vocab FILE.gguf)"
         contains "$T/out" "experts loaded"
+        # the checkpoint's rows are converted on every thread: the bits of one
+        expect 0 "$R" "$T/$a-$f" --tokens "$TOK" -n 2 --threads 3 --logits "$T/$a-$f-t3.npy" -q
+        cmp -s "$T/$a-$f.npy" "$T/$a-$f-t3.npy" && pass || fail "$a $f: threads change the bits"
     done
 done
 
