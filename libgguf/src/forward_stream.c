@@ -6,7 +6,8 @@
  * a window's bytes come one of two ways:
  *   - mapped: from the file mapping, each window (4 MiB) mapped in with one
  *     madvise(MADV_POPULATE_READ) and dropped with one madvise(MADV_DONTNEED)
- *     after, so the resident set stays a window per thread;
+ *     after, so the resident set stays a window per thread (with four or
+ *     more tokens, one matmul's slice: see stream_part);
  *   - read: with pread into the thread's own buffer (256 KiB): nothing of the
  *     file is mapped, so there is no page-table work, nothing to drop and no
  *     TLB shootdown of the other cores, and a file that shrinks under the
@@ -217,6 +218,8 @@ typedef struct stream_job {
     uint64_t off;
     uint64_t row_bytes;
     int64_t nb_row, n_rows, n_in, n_tok, block, window;
+    int64_t chunk;            /* > 0: threads take runs of this many rows in turn */
+    atomic_llong next_chunk;  /* the next run to take */
     double *y;
     int64_t ys;
     const double *x;
@@ -288,10 +291,9 @@ static bool read_window(stream_job *j, uint8_t *buf, size_t n, uint64_t off)
     return true;
 }
 
-static void stream_part(void *arg, int part, int n_parts)
+/* Rows [r0, r1) through the matmul on thread `part`, window by window. */
+static void stream_rows(stream_job *j, int part, int64_t r0, int64_t r1)
 {
-    stream_job *j = arg;
-    const int64_t r0 = j->n_rows * part / n_parts, r1 = j->n_rows * (part + 1) / n_parts;
     float *buf = j->s->buf[part];
     for (int64_t w0 = r0; w0 < r1; w0 += j->window) {
         const int64_t w1 = r1 - w0 < j->window ? r1 : w0 + j->window;
@@ -313,8 +315,26 @@ static void stream_part(void *arg, int part, int n_parts)
             fw_matmul(j->y + b0, j->ys, j->x, j->xs, buf, j->bias ? j->bias + b0 : NULL, j->n_in,
                       nr, j->n_tok, 1, j->prec);
         }
-        if (j->fd < 0 && j->drop)
+        if (j->fd < 0 && j->drop && j->chunk <= 0)
             drop(j, j->src + (uint64_t)w0 * j->row_bytes, we);
+    }
+}
+
+/* One thread's share: a contiguous run of the rows, or (chunk > 0) runs of
+ * chunk rows taken in turn until none is left, so a thread that runs slower
+ * (a busier core, a lower clock) takes fewer instead of holding up the rest. */
+static void stream_part(void *arg, int part, int n_parts)
+{
+    stream_job *j = arg;
+    if (j->chunk <= 0) {
+        stream_rows(j, part, j->n_rows * part / n_parts, j->n_rows * (part + 1) / n_parts);
+        return;
+    }
+    for (;;) {
+        const int64_t r0 = (int64_t)atomic_fetch_add(&j->next_chunk, 1) * j->chunk;
+        if (r0 >= j->n_rows || atomic_load_explicit(&j->failed, memory_order_relaxed))
+            return;
+        stream_rows(j, part, r0, j->n_rows - r0 < j->chunk ? j->n_rows : r0 + j->chunk);
     }
 }
 
@@ -372,6 +392,7 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
                     .n_in = t->ne[0], .n_rows = n_rows, .n_tok = n_tok, .prec = c->s.prec,
                     .drop = c->s.o.drop_pages && c->page > 0, .page = (uintptr_t)c->page};
     atomic_init(&j.failed, 0);
+    atomic_init(&j.next_chunk, 0);
     const gguf_type_info *ti = gguf_type_get(t->type);
     if ((rc = gguf_dequant_kernel(GGUF_DEQUANT_AUTO, t->type, &j.fn, err)))
         return rc;
@@ -406,12 +427,29 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
         parts = work / PART_WORK < 1 ? 1 : (int)(work / PART_WORK);
     if (n_rows < parts)
         parts = (int)n_rows;
+    /* Several tokens: each row is a lot of work, so runs of a few blocks
+     * (about 8 a thread) cost nothing and even out the threads (a mapped
+     * slice is then dropped once, after the matmul). One to three tokens:
+     * every thread's one contiguous run, whose reads stay large and whose
+     * mapped windows are dropped as it goes. */
+    if (parts > 1 && n_tok >= 4) {
+        j.chunk = (n_rows / ((int64_t)parts * 8) + j.block - 1) / j.block * j.block;
+        if (j.chunk < j.block)
+            j.chunk = j.block;
+        if (j.chunk > j.window)
+            j.chunk = j.window;
+    }
 
     const uint64_t resident = (uint64_t)parts * need * sizeof(float);
     c->resident += resident;
     if (c->resident > c->st.peak_weight_bytes)
         c->st.peak_weight_bytes = c->resident;
     fw_pool_run(s->pool, parts, stream_part, &j);
+    /* Runs of a mapping are dropped together once all are done: one
+     * madvise (one round of TLB shootdowns) instead of one per run while the
+     * other threads compute; the slice stays mapped for one matmul. */
+    if (j.chunk > 0 && j.fd < 0 && j.drop)
+        drop(&j, j.src, j.src + (uint64_t)n_rows * j.row_bytes);
     c->resident -= resident;
     if (atomic_load(&j.failed)) {
         const char *path = gguf_file_path(gguf_model_meta(c->s.m));
