@@ -6,8 +6,8 @@
  * a window's bytes come one of two ways:
  *   - mapped: from the file mapping, each window (4 MiB) mapped in with one
  *     madvise(MADV_POPULATE_READ) and dropped with one madvise(MADV_DONTNEED)
- *     after, so the resident set stays a window per thread (with four or
- *     more tokens, one matmul's slice: see stream_part);
+ *     after, so the resident set stays a window (on several threads: one
+ *     matmul's slice, dropped at once after it);
  *   - read: with pread into the thread's own buffer (256 KiB): nothing of the
  *     file is mapped, so there is no page-table work, nothing to drop and no
  *     TLB shootdown of the other cores, and a file that shrinks under the
@@ -227,6 +227,7 @@ typedef struct stream_job {
     const float *bias;
     int prec;
     bool drop;
+    bool drop_each; /* one thread: drop each mapped window after its use */
     uintptr_t page;
     /* the first read that failed: errno (0: the file ended) and offset */
     atomic_int failed;
@@ -315,7 +316,7 @@ static void stream_rows(stream_job *j, int part, int64_t r0, int64_t r1)
             fw_matmul(j->y + b0, j->ys, j->x, j->xs, buf, j->bias ? j->bias + b0 : NULL, j->n_in,
                       nr, j->n_tok, 1, j->prec);
         }
-        if (j->fd < 0 && j->drop && j->chunk <= 0)
+        if (j->fd < 0 && j->drop_each)
             drop(j, j->src + (uint64_t)w0 * j->row_bytes, we);
     }
 }
@@ -428,10 +429,9 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
     if (n_rows < parts)
         parts = (int)n_rows;
     /* Several tokens: each row is a lot of work, so runs of a few blocks
-     * (about 8 a thread) cost nothing and even out the threads (a mapped
-     * slice is then dropped once, after the matmul). One to three tokens:
-     * every thread's one contiguous run, whose reads stay large and whose
-     * mapped windows are dropped as it goes. */
+     * (about 8 a thread) cost nothing and even out the threads. One to
+     * three tokens: every thread's one contiguous run, whose reads stay
+     * large. */
     if (parts > 1 && n_tok >= 4) {
         j.chunk = (n_rows / ((int64_t)parts * 8) + j.block - 1) / j.block * j.block;
         if (j.chunk < j.block)
@@ -444,11 +444,13 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
     c->resident += resident;
     if (c->resident > c->st.peak_weight_bytes)
         c->st.peak_weight_bytes = c->resident;
+    /* One thread drops each mapped window after it; several drop the whole
+     * slice together once all are done: one madvise (one round of TLB
+     * shootdowns of the other cores) instead of one per window while the
+     * others compute, the slice staying mapped for one matmul. */
+    j.drop_each = j.drop && parts == 1;
     fw_pool_run(s->pool, parts, stream_part, &j);
-    /* Runs of a mapping are dropped together once all are done: one
-     * madvise (one round of TLB shootdowns) instead of one per run while the
-     * other threads compute; the slice stays mapped for one matmul. */
-    if (j.chunk > 0 && j.fd < 0 && j.drop)
+    if (j.drop && !j.drop_each && j.fd < 0)
         drop(&j, j.src, j.src + (uint64_t)n_rows * j.row_bytes);
     c->resident -= resident;
     if (atomic_load(&j.failed)) {
