@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dequant_internal.h"
@@ -229,6 +230,7 @@ typedef struct stream_job {
     bool drop;
     bool drop_each; /* one thread: drop each mapped window after its use */
     uintptr_t page;
+    atomic_uint_fast64_t busy_ns; /* the threads' time in stream_part, summed */
     /* the first read that failed: errno (0: the file ended) and offset */
     atomic_int failed;
     int err_no;
@@ -324,19 +326,28 @@ static void stream_rows(stream_job *j, int part, int64_t r0, int64_t r1)
 /* One thread's share: a contiguous run of the rows, or (chunk > 0) runs of
  * chunk rows taken in turn until none is left, so a thread that runs slower
  * (a busier core, a lower clock) takes fewer instead of holding up the rest. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void stream_part(void *arg, int part, int n_parts)
 {
     stream_job *j = arg;
+    const uint64_t t0 = now_ns();
     if (j->chunk <= 0) {
         stream_rows(j, part, j->n_rows * part / n_parts, j->n_rows * (part + 1) / n_parts);
-        return;
+    } else {
+        for (;;) {
+            const int64_t r0 = (int64_t)atomic_fetch_add(&j->next_chunk, 1) * j->chunk;
+            if (r0 >= j->n_rows || atomic_load_explicit(&j->failed, memory_order_relaxed))
+                break;
+            stream_rows(j, part, r0, j->n_rows - r0 < j->chunk ? j->n_rows : r0 + j->chunk);
+        }
     }
-    for (;;) {
-        const int64_t r0 = (int64_t)atomic_fetch_add(&j->next_chunk, 1) * j->chunk;
-        if (r0 >= j->n_rows || atomic_load_explicit(&j->failed, memory_order_relaxed))
-            return;
-        stream_rows(j, part, r0, j->n_rows - r0 < j->chunk ? j->n_rows : r0 + j->chunk);
-    }
+    atomic_fetch_add_explicit(&j->busy_ns, now_ns() - t0, memory_order_relaxed);
 }
 
 /* Map the first window of j in and count the page faults it takes: the
@@ -394,6 +405,7 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
                     .drop = c->s.o.drop_pages && c->page > 0, .page = (uintptr_t)c->page};
     atomic_init(&j.failed, 0);
     atomic_init(&j.next_chunk, 0);
+    atomic_init(&j.busy_ns, 0);
     const gguf_type_info *ti = gguf_type_get(t->type);
     if ((rc = gguf_dequant_kernel(GGUF_DEQUANT_AUTO, t->type, &j.fn, err)))
         return rc;
@@ -449,9 +461,16 @@ int fw_stream_mm(fw_exec *c, double *y, int64_t ys, const double *x, int64_t xs,
      * shootdowns of the other cores) instead of one per window while the
      * others compute, the slice staying mapped for one matmul. */
     j.drop_each = j.drop && parts == 1;
+    const uint64_t t0 = now_ns();
     fw_pool_run(s->pool, parts, stream_part, &j);
+    const uint64_t t1 = now_ns();
     if (j.drop && !j.drop_each && j.fd < 0)
         drop(&j, j.src, j.src + (uint64_t)n_rows * j.row_bytes);
+    const uint64_t t2 = now_ns();
+    c->st.stream_calls++;
+    c->st.stream_seconds += (double)(t2 - t0) * 1e-9;
+    c->st.stream_busy_seconds += (double)atomic_load(&j.busy_ns) * 1e-9;
+    c->st.drop_seconds += (double)(t2 - t1) * 1e-9;
     c->resident -= resident;
     if (atomic_load(&j.failed)) {
         const char *path = gguf_file_path(gguf_model_meta(c->s.m));

@@ -291,6 +291,16 @@ int main(int argc, char **argv)
         printf("  %2d thread(s) %8.4f s  %8.2f GB/s of weights = %.3f of the %s read bandwidth\n",
                th, best.seconds, gbs / 1e9, gbs / (k == 0 ? bw_one : bw_all),
                k == 0 ? "1-thread" : "all-thread");
+        /* where the best pass's time went: the streamed matmuls' wall time, how much of it
+         * the threads worked (the rest: waiting for the slowest, hand-offs), the drops */
+        printf("     matmuls:  %llu streamed, %.4f s of the pass; threads busy %.4f s = %.0f%% of "
+               "%d x that; drops %.4f s\n",
+               (unsigned long long)best.stream_calls, best.stream_seconds,
+               best.stream_busy_seconds,
+               best.stream_seconds > 0 ? 100.0 * best.stream_busy_seconds /
+                                             (th * best.stream_seconds)
+                                       : 0.0,
+               th, best.drop_seconds);
         phase_end(&ph, "   all passes:");
     }
     printf("  weights / all-thread read bandwidth = %.3f   (goal >= 0.5)\n\n", gbs / bw_all);

@@ -140,6 +140,11 @@ typedef struct gguf_fwd_stats {
     uint64_t peak_weight_bytes; /* most dequantized weight bytes resident at once */
     uint64_t experts_loaded;    /* (layer, expert) pairs dequantized */
     double seconds;             /* wall time inside gguf_fwd_eval */
+    /* Where the streamed matmuls' time goes (the CPU backend; 0 elsewhere): */
+    uint64_t stream_calls;      /* matmuls streamed from the file */
+    double stream_seconds;      /* their wall time, drops of mapped pages included */
+    double stream_busy_seconds; /* time the threads spent in them, summed over threads */
+    double drop_seconds;        /* dropping mapped slices after them (one thread) */
 } gguf_fwd_stats;
 
 /*
