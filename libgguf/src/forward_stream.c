@@ -1,8 +1,8 @@
 /* A file tensor through a matmul on every thread, at the speed the weights
  * can be read.
  *
- * Each thread takes a contiguous run of the tensor's rows and walks it in
- * windows. When the context drops pages (the weights must not stay resident),
+ * Each thread takes runs of the tensor's rows (one contiguous run each, or
+ * shorter runs in turn: see fw_stream_mm) and walks them in windows. When the context drops pages (the weights must not stay resident),
  * a window's bytes come one of two ways:
  *   - mapped: from the file mapping, each window (4 MiB) mapped in with one
  *     madvise(MADV_POPULATE_READ) and dropped with one madvise(MADV_DONTNEED)
@@ -28,8 +28,8 @@
  * floats) is dequantized into the thread's buffer and multiplied at once,
  * so the floats are written and read back in cache, not through memory.
  *
- *   rows of the tensor   |--- thread 0 ---|--- thread 1 ---|-- ... --|
- *   one thread's run     |win|win|win|...     read, or map in and drop
+ *   rows of the tensor   |--- run ---|--- run ---|--- run ---|-- ... --|
+ *   one run              |win|win|win|...     read, or map in (and drop)
  *   one window           |blk|blk|blk|...     dequantize -> buffer -> matmul
  *
  * Every (row, token) result is the same sum in the same order as fw_matmul
