@@ -2,8 +2,9 @@
  * can be read.
  *
  * Each thread takes runs of the tensor's rows (one contiguous run each, or
- * shorter runs in turn: see fw_stream_mm) and walks them in windows. When the context drops pages (the weights must not stay resident),
- * a window's bytes come one of two ways:
+ * shorter runs in turn: see fw_stream_mm) and walks them in windows. When
+ * the context drops pages (the weights must not stay resident), a window's
+ * bytes come one of two ways:
  *   - mapped: from the file mapping, each window (4 MiB) mapped in with one
  *     madvise(MADV_POPULATE_READ) and dropped with one madvise(MADV_DONTNEED)
  *     after, so the resident set stays a window (on several threads: one
@@ -323,9 +324,6 @@ static void stream_rows(stream_job *j, int part, int64_t r0, int64_t r1)
     }
 }
 
-/* One thread's share: a contiguous run of the rows, or (chunk > 0) runs of
- * chunk rows taken in turn until none is left, so a thread that runs slower
- * (a busier core, a lower clock) takes fewer instead of holding up the rest. */
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -333,6 +331,10 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* One thread's share: a contiguous run of the rows, or (chunk > 0) runs of
+ * chunk rows taken in turn until none is left, so a thread that runs slower
+ * (a busier core, a lower clock) takes fewer instead of holding up the rest.
+ * Its time goes into the stats (busy against the matmul's wall time). */
 static void stream_part(void *arg, int part, int n_parts)
 {
     stream_job *j = arg;
