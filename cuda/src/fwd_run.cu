@@ -1,7 +1,8 @@
 /*
- * The layer loop of the GPU forward pass (ggufkit_cuda/forward_cuda.h): the
- * same steps, capture points and weight order as libgguf/src/forward_run.c,
- * with activations and the KV cache in device memory.
+ * One GPU's forward pass (ggufkit_cuda/forward_cuda.h): the ops of the block
+ * loop (fwd_block.h) with the same steps, capture points and weight order as
+ * the CPU reference (libgguf/src/forward_exec.c, forward_attn.c,
+ * forward_ffn.c), activations and the KV cache in device memory.
  *
  * Weights stream through fwd_stream.h: the copy engine reads quantized rows
  * from the registered mapping (or from pinned buffers the host gathers them

@@ -1,8 +1,9 @@
 /*
  * One rank of the tensor-parallel forward on a GPU (ggufkit_cuda/forward_cuda_tp.h):
- * libgguf/src/forward_tp.c for a single rank r, with device buffers, cuBLAS
+ * the CPU's virtual rank r (libgguf/src/forward_exec.c, forward_attn.c,
+ * forward_ffn.c) on the block loop of fwd_block.h, with device buffers, cuBLAS
  * and the kernels of fwd_kernels.cu, and NCCL where the CPU simulates the
- * collectives. The structure follows forward_tp.c function by function so
+ * collectives. The structure follows those files function by function so
  * that the two can be read side by side; where a broken plan makes widths
  * disagree, the same common-part rules apply.
  */
@@ -430,7 +431,7 @@ static int tc_attn_mla(gguf_cuda_tp *c, int64_t il, int pairs, double scale, con
             goto done;
         fk_rope(lat + R, n, 1, KW, 0, cs, half, pairs == GGUF_ROPE_HALF, c->s);
         fk_rope(q + nope, n, nh, nh * dk, dk, cs, half, pairs == GGUF_ROPE_HALF, c->s);
-        /* kv_b_proj as the engine loads it: [R, heads*(nope+v)] (see forward_tp.c) */
+        /* kv_b_proj as the engine loads it: [R, heads*(nope+v)] (see forward_attn.c) */
         const int64_t Rb = wkvb.ne[0], hb = wkvb.ne[1] / (nope + dv), Ru = Rb < R ? Rb : R;
         hkb = (float *)calloc((size_t)(nh * R * nope) + 1, sizeof(float));
         hvb = (float *)calloc((size_t)(nh * dv * R) + 1, sizeof(float));
