@@ -434,8 +434,13 @@ static int fp8_rows(const gguf_st_weight *w, int64_t row0, int64_t n, float *dst
         } else {
             plain_run(w->scale, 0, 1, sr);
         }
-        for (int64_t c = 0; c < C; c++)
-            out[c] = canon(lut[src[c]] * sr[c / w->block_cols]);
+        /* block by block: one scale each, no division per element */
+        for (int64_t c0 = 0, b = 0; c0 < C; c0 += w->block_cols, b++) {
+            const int64_t c1 = C - c0 < w->block_cols ? C : c0 + w->block_cols;
+            const float s = sr[b];
+            for (int64_t c = c0; c < c1; c++)
+                out[c] = canon(lut[src[c]] * s);
+        }
     }
     free(sr);
     return 0;
