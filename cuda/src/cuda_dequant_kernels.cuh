@@ -38,17 +38,14 @@
 
 #define GC_DEV static __device__ __forceinline__
 
-/* Units per thread per loop trip (see k_dequant) and build-time tuning knobs
- * used for the measurements in docs/benchmarks.md: GC_STORE_CS streaming
- * (evict-first) stores, GC_MIN_BLOCKS the resident blocks per SM asked of
- * the register allocator. */
-#ifndef GC_UNROLL
-#define GC_UNROLL 2
-#endif
+/* Build-time knobs used for the measurements in docs/benchmarks.md:
+ * GC_STORE_CS streaming (evict-first) stores; GC_UNROLL and GC_MIN_BLOCKS,
+ * GC_PREFETCH, when defined, force one loop shape on every type (see
+ * gc::tune). */
 #ifndef GC_STORE_CS
 #define GC_STORE_CS 0
 #endif
-#ifndef GC_MIN_BLOCKS
+#if defined(GC_UNROLL) && !defined(GC_MIN_BLOCKS)
 #define GC_MIN_BLOCKS 5
 #endif
 
@@ -261,7 +258,8 @@ GC_DEV float d2f(uint64_t u)
  * again with x86_ops, which repair NaN results as x86 makes them (and convert
  * halves/doubles with NaN payloads exactly). A NaN output needs a NaN or
  * Inf scale (or NaN values in a float tensor), so real quantized tensors
- * never take the second pass. */
+ * never take the second pass; the decoders' guards (below) let the kernel
+ * test one value per unit instead of its eight outputs. */
 struct fast_ops {
     GC_DEV float mul(float a, float b) { return __fmul_rn(a, b); }
     GC_DEV float add(float a, float b) { return __fadd_rn(a, b); }
@@ -280,13 +278,32 @@ struct x86_ops {
 /* ======================================================================
  * Decoders. Each: QK elements per block, BYTES per block, MAXA the largest
  * alignment (<= 8) every block start can have, and
- *     unit<A>(block, k, v): elements 8k..8k+7 of the block into v.
+ *     unit<A>(block, k, v): elements 8k..8k+7 of the block into v,
+ * returning the unit's guard where GUARDED: a float (its scale, or a sum of
+ * its scales) that is finite whenever no output of the fast pass can be
+ * NaN. For quantized types that holds because every output is a finite
+ * scale times a small integer or grid value (at most a subtraction of two
+ * such finite products, far from overflow): a NaN needs a NaN or infinite
+ * scale. Plain types (whose values may be NaN themselves) test the outputs.
  * Plain types: a "block" is 8 elements.
  * ====================================================================== */
 
 struct ctx {
-    tab16 t16; /* IQ4_NL values or doubled E2M1 values, where used */
+    tab16 t16;          /* IQ4_NL values or doubled E2M1 values, where used */
+    const uint8_t *end; /* end of the row's blocks (MXFP4's word loads) */
 };
+
+/* 8 bytes at any alignment as 2 or 3 aligned word loads and funnel shifts
+ * instead of 8 byte loads. The words may hold up to 3 bytes before p and
+ * after p + 7: the caller makes sure those lie inside the buffer. */
+GC_DEV uint2 ld64_words(const uint8_t *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    const unsigned int *w = (const unsigned int *)(a & ~(uintptr_t)3);
+    const uint32_t sh = 8u * (uint32_t)(a & 3);
+    const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = sh ? __ldg(w + 2) : 0u;
+    return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
+}
 
 template <int T> struct dq;
 
@@ -294,77 +311,90 @@ template <int T> struct dq;
 
 template <> struct dq<GGUF_TYPE_F32> {
     static constexpr int QK = 8, BYTES = 32, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
         const uint2 p0 = ld64<A>(b), p1 = ld64<A>(b + 8), p2 = ld64<A>(b + 16),
                     p3 = ld64<A>(b + 24);
         v[0] = ffrom(p0.x), v[1] = ffrom(p0.y), v[2] = ffrom(p1.x), v[3] = ffrom(p1.y);
         v[4] = ffrom(p2.x), v[5] = ffrom(p2.y), v[6] = ffrom(p3.x), v[7] = ffrom(p3.y);
+        return 0.0f;
     }
 };
 
 template <> struct dq<GGUF_TYPE_F16> {
     static constexpr int QK = 8, BYTES = 16, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
         const uint2 p0 = ld64<A>(b), p1 = ld64<A>(b + 8);
         const uint32_t w[4] = {p0.x, p0.y, p1.x, p1.y};
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::h2f((w[j / 2] >> (16 * (j & 1))) & 0xFFFFu);
+        return 0.0f;
     }
 };
 
 template <> struct dq<GGUF_TYPE_BF16> {
     static constexpr int QK = 8, BYTES = 16, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
         const uint2 p0 = ld64<A>(b), p1 = ld64<A>(b + 8);
         const uint32_t w[4] = {p0.x, p0.y, p1.x, p1.y};
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = ffrom(((w[j / 2] >> (16 * (j & 1))) & 0xFFFFu) << 16);
+        return 0.0f;
     }
 };
 
 template <> struct dq<GGUF_TYPE_F64> {
     static constexpr int QK = 8, BYTES = 64, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const uint2 p = ld64<A>(b + 8 * j);
             v[j] = M::d2f((uint64_t)p.x | ((uint64_t)p.y << 32));
         }
+        return 0.0f;
     }
 };
 
 template <> struct dq<GGUF_TYPE_I8> {
     static constexpr int QK = 8, BYTES = 8, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
         const uint2 p = ld64<A>(b);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = i2f((int8_t)byte_at(p, j));
+        return 0.0f;
     }
 };
 
 template <> struct dq<GGUF_TYPE_I16> {
     static constexpr int QK = 8, BYTES = 16, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
         const uint2 p0 = ld64<A>(b), p1 = ld64<A>(b + 8);
         const uint32_t w[4] = {p0.x, p0.y, p1.x, p1.y};
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = i2f((int16_t)((w[j / 2] >> (16 * (j & 1))) & 0xFFFFu));
+        return 0.0f;
     }
 };
 
 template <> struct dq<GGUF_TYPE_I32> {
     static constexpr int QK = 8, BYTES = 32, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -372,18 +402,21 @@ template <> struct dq<GGUF_TYPE_I32> {
             v[2 * j] = __int2float_rn((int32_t)p.x);
             v[2 * j + 1] = __int2float_rn((int32_t)p.y);
         }
+        return 0.0f;
     }
 };
 
 template <> struct dq<GGUF_TYPE_I64> {
     static constexpr int QK = 8, BYTES = 64, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int, float *v, const ctx &)
+    static constexpr bool GUARDED = false;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int, float *v, const ctx &)
     {
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const uint2 p = ld64<A>(b + 8 * j);
             v[j] = __ll2float_rn((long long)((uint64_t)p.x | ((uint64_t)p.y << 32)));
         }
+        return 0.0f;
     }
 };
 
@@ -392,7 +425,8 @@ template <> struct dq<GGUF_TYPE_I64> {
 /* Q4_0: unit k takes qs[8(k&1) ..] low (k < 2) or high nibbles. */
 template <> struct dq<GGUF_TYPE_Q4_0> {
     static constexpr int QK = 32, BYTES = 18, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = M::h2f(ld16<A>(b));
         const uint2 q = ld64<amin(A, 2)>(b + 2 + 8 * (k & 1));
@@ -401,12 +435,14 @@ template <> struct dq<GGUF_TYPE_Q4_0> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(v[j], d);
+        return d;
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q4_1> {
     static constexpr int QK = 32, BYTES = 20, MAXA = 4;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const uint32_t dm = ld32<A>(b);
         const float d = M::h2f(dm & 0xFFFF), m = M::h2f(dm >> 16);
@@ -416,13 +452,15 @@ template <> struct dq<GGUF_TYPE_Q4_1> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::add(M::mul(v[j], d), m);
+        return __fadd_rn(d, m);
     }
 };
 
 /* Q5_0/Q5_1: element e's 5th bit is bit e of qh (e = 8k + j). */
 template <> struct dq<GGUF_TYPE_Q5_0> {
     static constexpr int QK = 32, BYTES = 22, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = M::h2f(ld16<A>(b));
         const uint32_t qh = ld32<amin(A, 2)>(b + 2) >> (8 * k);
@@ -435,12 +473,14 @@ template <> struct dq<GGUF_TYPE_Q5_0> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(v[j], d);
+        return d;
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q5_1> {
     static constexpr int QK = 32, BYTES = 24, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const uint32_t dm = ld32<amin(A, 4)>(b);
         const float d = M::h2f(dm & 0xFFFF), m = M::h2f(dm >> 16);
@@ -454,12 +494,14 @@ template <> struct dq<GGUF_TYPE_Q5_1> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::add(M::mul(v[j], d), m);
+        return __fadd_rn(d, m);
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q8_0> {
     static constexpr int QK = 32, BYTES = 34, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = M::h2f(ld16<A>(b));
         const uint2 q = ld64<amin(A, 2)>(b + 2 + 8 * k);
@@ -467,12 +509,14 @@ template <> struct dq<GGUF_TYPE_Q8_0> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(v[j], d);
+        return d;
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q8_1> {
     static constexpr int QK = 32, BYTES = 36, MAXA = 4;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = M::h2f(ld16<A>(b));
         const uint2 q = ld64<amin(A, 4)>(b + 4 + 8 * k);
@@ -480,6 +524,7 @@ template <> struct dq<GGUF_TYPE_Q8_1> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(v[j], d);
+        return d;
     }
 };
 
@@ -489,25 +534,28 @@ template <> struct dq<GGUF_TYPE_Q8_1> {
  * l0 = 8(k%4); sub-block 8h + 2j + l0/16. */
 template <> struct dq<GGUF_TYPE_Q2_K> {
     static constexpr int QK = 256, BYTES = 84, MAXA = 4;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int h = k >> 4, pl = (k >> 2) & 3, l0 = 8 * (k & 3);
         const uint32_t dd = ld32<amin(A, 4)>(b + 80);
         const float d = M::h2f(dd & 0xFFFF), dmin = M::h2f(dd >> 16);
         const uint32_t sc = ld8(b + 8 * h + 2 * pl + l0 / 16);
-        const float dl = M::mul(d, (float)(sc & 15));
-        const float ml = M::mul(dmin, (float)(sc >> 4));
+        const float dl = M::mul(d, i2f((int)(sc & 15)));
+        const float ml = M::mul(dmin, i2f((int)(sc >> 4)));
         const uint2 q = ld64<amin(A, 8)>(b + 16 + 32 * h + l0);
         expand8(shr_and(q, 2 * pl, 0x03030303u), 0.0f, v);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::sub(M::mul(dl, v[j]), ml);
+        return __fadd_rn(dl, ml);
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q3_K> {
     static constexpr int QK = 256, BYTES = 110, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int h = k >> 4, pl = (k >> 2) & 3, l0 = 8 * (k & 3);
         const int s = k >> 1; /* scale index e / 16 */
@@ -515,7 +563,7 @@ template <> struct dq<GGUF_TYPE_Q3_K> {
         const int lo = s < 8 ? (int)(ld8(sc + s) & 15) : (int)(ld8(sc + s - 8) >> 4);
         const int hi = (int)((ld8(sc + 8 + (s & 3)) >> (2 * (s >> 2))) & 3);
         const float d = M::h2f(ld16<amin(A, 4)>(b + 108));
-        const float dl = M::mul(d, (float)((lo | (hi << 4)) - 32));
+        const float dl = M::mul(d, i2f((lo | (hi << 4)) - 32));
         const uint2 q = ld64<amin(A, 8)>(b + 32 + 32 * h + l0);
         const uint2 hm = ld64<amin(A, 8)>(b + l0);
         const int hb = k >> 2; /* bit e / 32 of hmask */
@@ -525,50 +573,56 @@ template <> struct dq<GGUF_TYPE_Q3_K> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(dl, v[j]);
+        return dl;
     }
 };
 
-/* Scale and min of sub-block s (0..7) of Q4_K/Q5_K from the 12 bytes at sc. */
-GC_DEV void k4_scale_min(const uint8_t *sc, int s, int *scale, int *min)
+/* Scale and min of sub-block s (0..7) of Q4_K/Q5_K from their 12 bytes, held
+ * as three little-endian words (one 16-byte header load instead of byte loads). */
+GC_DEV void k4_scale_min(uint32_t w0, uint32_t w1, uint32_t w2, int s, int *scale, int *min)
 {
+    const int sh = 8 * (s & 3);
+    const uint32_t lo = (w0 >> sh) & 0xFF, mn = (w1 >> sh) & 0xFF, c = (w2 >> sh) & 0xFF;
     if (s < 4) {
-        *scale = (int)(ld8(sc + s) & 63);
-        *min = (int)(ld8(sc + s + 4) & 63);
+        *scale = (int)(lo & 63);
+        *min = (int)(mn & 63);
     } else {
-        const uint32_t c = ld8(sc + s + 4);
-        *scale = (int)((c & 15) | ((ld8(sc + s - 4) >> 6) << 4));
-        *min = (int)((c >> 4) | ((ld8(sc + s) >> 6) << 4));
+        *scale = (int)((c & 15) | ((lo >> 6) << 4));
+        *min = (int)((c >> 4) | ((mn >> 6) << 4));
     }
 }
 
 template <> struct dq<GGUF_TYPE_Q4_K> {
     static constexpr int QK = 256, BYTES = 144, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int s = k >> 2, c = s >> 1, sh = 4 * (s & 1), l0 = 8 * (k & 3);
-        const uint32_t dd = ld32<amin(A, 4)>(b);
-        const float d = M::h2f(dd & 0xFFFF), dmin = M::h2f(dd >> 16);
+        const uint2 h0 = ld64<amin(A, 8)>(b), h1 = ld64<amin(A, 8)>(b + 8);
+        const float d = M::h2f(h0.x & 0xFFFF), dmin = M::h2f(h0.x >> 16);
         int scale, min;
-        k4_scale_min(b + 4, s, &scale, &min);
-        const float dl = M::mul(d, (float)scale), ml = M::mul(dmin, (float)min);
+        k4_scale_min(h0.y, h1.x, h1.y, s, &scale, &min);
+        const float dl = M::mul(d, i2f(scale)), ml = M::mul(dmin, i2f(min));
         const uint2 q = ld64<amin(A, 8)>(b + 16 + 32 * c + l0);
         expand8(shr_and(q, sh, 0x0F0F0F0Fu), 0.0f, v);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::sub(M::mul(dl, v[j]), ml);
+        return __fadd_rn(dl, ml);
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q5_K> {
     static constexpr int QK = 256, BYTES = 176, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int s = k >> 2, c = s >> 1, sh = 4 * (s & 1), l0 = 8 * (k & 3);
-        const uint32_t dd = ld32<amin(A, 4)>(b);
-        const float d = M::h2f(dd & 0xFFFF), dmin = M::h2f(dd >> 16);
+        const uint2 h0 = ld64<amin(A, 8)>(b), h1 = ld64<amin(A, 8)>(b + 8);
+        const float d = M::h2f(h0.x & 0xFFFF), dmin = M::h2f(h0.x >> 16);
         int scale, min;
-        k4_scale_min(b + 4, s, &scale, &min);
-        const float dl = M::mul(d, (float)scale), ml = M::mul(dmin, (float)min);
+        k4_scale_min(h0.y, h1.x, h1.y, s, &scale, &min);
+        const float dl = M::mul(d, i2f(scale)), ml = M::mul(dmin, i2f(min));
         const uint2 qh = ld64<amin(A, 8)>(b + 16 + l0);
         const uint2 q = ld64<amin(A, 8)>(b + 48 + 32 * c + l0);
         const uint2 lo = shr_and(q, sh, 0x0F0F0F0Fu), hi = shr_and(qh, s, 0x01010101u);
@@ -576,30 +630,34 @@ template <> struct dq<GGUF_TYPE_Q5_K> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::sub(M::mul(dl, v[j]), ml);
+        return __fadd_rn(dl, ml);
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q6_K> {
     static constexpr int QK = 256, BYTES = 210, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int h = k >> 4, c = (k >> 2) & 3, l0 = 8 * (k & 3);
         const uint2 ql = ld64<amin(A, 8)>(b + 64 * h + 32 * (c & 1) + l0);
         const uint2 qh = ld64<amin(A, 8)>(b + 128 + 32 * h + l0);
         const float d = M::h2f(ld16<amin(A, 16)>(b + 208));
-        const float dl = M::mul(d, (float)(int8_t)ld8(b + 192 + (k >> 1)));
+        const float dl = M::mul(d, i2f((int8_t)ld8(b + 192 + (k >> 1))));
         const int shl = 4 * (c >> 1), shh = 2 * c;
         const uint2 lo = shr_and(ql, shl, 0x0F0F0F0Fu), hi = shr_and(qh, shh, 0x03030303u);
         expand8(make_uint2(lo.x | (hi.x << 4), lo.y | (hi.y << 4)), 32.0f, v);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(dl, v[j]);
+        return dl;
     }
 };
 
 template <> struct dq<GGUF_TYPE_Q8_K> {
     static constexpr int QK = 256, BYTES = 292, MAXA = 4;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = ffrom(ld32<A>(b));
         const uint2 q = ld64<amin(A, 4)>(b + 4 + 8 * k);
@@ -607,52 +665,66 @@ template <> struct dq<GGUF_TYPE_Q8_K> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(d, v[j]);
+        return d;
     }
 };
 
 /* ---- ternary ---- */
 
-/* digit kk of a TQ1_0 byte, minus one */
-GC_DEV int tq_digit(uint32_t byte, int kk)
+/* TQ1_0 packs five base-3 digits per byte: digit kk of byte q is
+ * ((q * 3^kk) & 0xFF) * 3 >> 8. tq_digits4 takes that digit of the four
+ * bytes of w at once, in two 16-bit lanes per word (even and odd bytes: the
+ * products stay below 2^16), and returns the digits as bytes. */
+GC_DEV uint32_t tq_digits4(uint32_t w, uint32_t pow3)
 {
-    const uint32_t pow3 = kk == 0 ? 1 : kk == 1 ? 3 : kk == 2 ? 9 : kk == 3 ? 27 : 81;
-    const uint32_t x = (byte * pow3) & 0xFFu;
-    return (int)((x * 3) >> 8) - 1;
+    uint32_t e = ((w & 0x00FF00FFu) * pow3) & 0x00FF00FFu;
+    uint32_t o = (((w >> 8) & 0x00FF00FFu) * pow3) & 0x00FF00FFu;
+    e = ((e * 3) >> 8) & 0x00030003u;
+    o = ((o * 3) >> 8) & 0x00030003u;
+    return e | (o << 8);
+}
+/* 3^kk for kk = 0..4 */
+GC_DEV uint32_t tq_pow3(int kk)
+{
+    return __byte_perm(0x1B090301u, 0x51u, 0x7770u | (uint32_t)kk); /* bytes 1..3: zero */
 }
 
+/* One path for all units (a warp holds the 32 units of one block, and three
+ * branches on k would run one after the other): elements 0..159 are digit
+ * kk of qs[l], e = 32 kk + l; 160..239 digit kk of qs[32 + l], e = 160 +
+ * 16 kk + l; 240..255 digit kk of qh[l], e = 240 + 4 kk + l. */
 template <> struct dq<GGUF_TYPE_TQ1_0> {
     static constexpr int QK = 256, BYTES = 54, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = M::h2f(ld16<amin(A, 4)>(b + 52));
+        int off, kk_lo, kk_hi;
         if (k < 20) {
-            /* elements 0..159: digit kk of qs[l], e = 32 kk + l;
-             * elements 160..239: digit kk of qs[32 + l], e = 160 + 16 kk + l */
-            const int kk = k >> 2;
-            const uint2 q = ld64<amin(A, 8)>(b + 8 * (k & 3));
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                v[j] = M::mul(i2f(tq_digit(byte_at(q, j), kk)), d);
+            off = 8 * (k & 3);
+            kk_lo = kk_hi = k >> 2;
         } else if (k < 30) {
-            const int kk = (k - 20) >> 1;
-            const uint2 q = ld64<amin(A, 8)>(b + 32 + 8 * ((k - 20) & 1));
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                v[j] = M::mul(i2f(tq_digit(byte_at(q, j), kk)), d);
+            off = 32 + 8 * ((k - 20) & 1);
+            kk_lo = kk_hi = (k - 20) >> 1;
         } else {
-            /* elements 240..255: digit kk of qh[l], e = 240 + 4 kk + l */
-            const uint32_t qh = ld32<amin(A, 16)>(b + 48);
-            const int kk0 = 2 * (k - 30);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                v[j] = M::mul(i2f(tq_digit((qh >> (8 * (j & 3))) & 0xFF, kk0 + (j >> 2))), d);
+            off = 48;
+            kk_lo = 2 * (k - 30);
+            kk_hi = kk_lo + 1;
         }
+        const uint32_t w0 = ld32<amin(A, 4)>(b + off);
+        const uint32_t w1 = ld32<amin(A, 4)>(b + (k < 30 ? off + 4 : off));
+        expand8(make_uint2(tq_digits4(w0, tq_pow3(kk_lo)), tq_digits4(w1, tq_pow3(kk_hi))), 1.0f, v);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[j] = M::mul(v[j], d);
+        return d;
     }
 };
 
 template <> struct dq<GGUF_TYPE_TQ2_0> {
     static constexpr int QK = 256, BYTES = 66, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int h = k >> 4, pl = (k >> 2) & 3, l0 = 8 * (k & 3);
         const float d = M::h2f(ld16<amin(A, 64)>(b + 64));
@@ -661,6 +733,7 @@ template <> struct dq<GGUF_TYPE_TQ2_0> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(v[j], d);
+        return d;
     }
 };
 
@@ -676,31 +749,34 @@ GC_DEV uint32_t grid4(const uint8_t *grid, uint32_t idx)
 /* IQ2_XXS: unit k = group l = k%4 of 32-block ib = k/4. */
 template <> struct dq<GGUF_TYPE_IQ2_XXS> {
     static constexpr int QK = 256, BYTES = 66, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int ib = k >> 2, l = k & 3;
         const float d = M::h2f(ld16<A>(b));
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t idx = ld8(q + l);
         const uint32_t aux = ld32<amin(A, 2)>(q + 4);
-        const float db = M::mul(M::mul(d, M::add(0.5f, (float)(aux >> 28))), 0.25f);
+        const float db = M::mul(M::mul(d, M::add(0.5f, i2f((int)(aux >> 28)))), 0.25f);
         const uint32_t signs = ld8(gc_iq2_ksigns + ((aux >> (7 * l)) & 127));
         const uint2 g = grid8(gc_iq2xxs_grid, idx);
         expand8(g, 0.0f, v);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = negif(M::mul(db, v[j]), (signs >> j) & 1);
+        return db;
     }
 };
 
 template <> struct dq<GGUF_TYPE_IQ2_XS> {
     static constexpr int QK = 256, BYTES = 74, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int ib = k >> 2, l = k & 3;
         const float d = M::h2f(ld16<A>(b));
         const uint32_t sc = ld8(b + 66 + ib);
-        const float db = M::mul(M::mul(d, M::add(0.5f, (float)((l >> 1) ? sc >> 4 : sc & 15))), 0.25f);
+        const float db = M::mul(M::mul(d, M::add(0.5f, i2f((int)((l >> 1) ? sc >> 4 : sc & 15)))), 0.25f);
         const uint32_t qv = ld16<amin(A, 2)>(b + 2 + 2 * (4 * ib + l));
         const uint32_t signs = ld8(gc_iq2_ksigns + (qv >> 9));
         const uint2 g = grid8(gc_iq2xs_grid, qv & 511);
@@ -708,17 +784,19 @@ template <> struct dq<GGUF_TYPE_IQ2_XS> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = negif(M::mul(db, v[j]), (signs >> j) & 1);
+        return db;
     }
 };
 
 template <> struct dq<GGUF_TYPE_IQ2_S> {
     static constexpr int QK = 256, BYTES = 82, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int ib = k >> 2, l = k & 3;
         const float d = M::h2f(ld16<A>(b));
         const uint32_t sc = ld8(b + 74 + ib);
-        const float db = M::mul(M::mul(d, M::add(0.5f, (float)((l >> 1) ? sc >> 4 : sc & 15))), 0.25f);
+        const float db = M::mul(M::mul(d, M::add(0.5f, i2f((int)((l >> 1) ? sc >> 4 : sc & 15)))), 0.25f);
         const uint32_t qh = ld8(b + 66 + ib);
         const uint32_t idx = ld8(b + 2 + 4 * ib + l) | (((qh >> (2 * l)) & 3) << 8);
         const uint32_t signs = ld8(b + 2 + 32 + 4 * ib + l);
@@ -727,18 +805,20 @@ template <> struct dq<GGUF_TYPE_IQ2_S> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = negif(M::mul(db, v[j]), (signs >> j) & 1);
+        return db;
     }
 };
 
 template <> struct dq<GGUF_TYPE_IQ3_XXS> {
     static constexpr int QK = 256, BYTES = 98, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int ib = k >> 2, l = k & 3;
         const float d = M::h2f(ld16<A>(b));
         const uint8_t *qs = b + 2;
         const uint32_t aux = ld32<amin(A, 2)>(qs + 64 + 4 * ib);
-        const float db = M::mul(M::mul(d, M::add(0.5f, (float)(aux >> 28))), 0.5f);
+        const float db = M::mul(M::mul(d, M::add(0.5f, i2f((int)(aux >> 28)))), 0.5f);
         const uint32_t signs = ld8(gc_iq2_ksigns + ((aux >> (7 * l)) & 127));
         const uint32_t i12 = ld16<amin(A, 2)>(qs + 8 * ib + 2 * l);
         const uint2 g = make_uint2(grid4(gc_iq3xxs_grid, i12 & 0xFF), grid4(gc_iq3xxs_grid, i12 >> 8));
@@ -746,17 +826,19 @@ template <> struct dq<GGUF_TYPE_IQ3_XXS> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = negif(M::mul(db, v[j]), (signs >> j) & 1);
+        return db;
     }
 };
 
 template <> struct dq<GGUF_TYPE_IQ3_S> {
     static constexpr int QK = 256, BYTES = 110, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int ib = k >> 2, l = k & 3;
         const float d = M::h2f(ld16<A>(b));
         const uint32_t scb = ld8(b + 106 + ib / 2);
-        const float db = M::mul(d, (float)(1 + 2 * (int)((scb >> (4 * (ib & 1))) & 15)));
+        const float db = M::mul(d, i2f(1 + 2 * (int)((scb >> (4 * (ib & 1))) & 15)));
         const uint32_t qh = ld8(b + 66 + ib);
         const uint32_t i12 = ld16<amin(A, 2)>(b + 2 + 8 * ib + 2 * l);
         const uint32_t i1 = (i12 & 0xFF) | (((qh >> (2 * l)) & 1) << 8);
@@ -767,6 +849,7 @@ template <> struct dq<GGUF_TYPE_IQ3_S> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = negif(M::mul(db, v[j]), (sg >> j) & 1);
+        return db;
     }
 };
 
@@ -774,12 +857,13 @@ template <> struct dq<GGUF_TYPE_IQ3_S> {
 
 template <> struct dq<GGUF_TYPE_IQ1_S> {
     static constexpr int QK = 256, BYTES = 50, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int ib = k >> 2, l = k & 3;
         const float d = M::h2f(ld16<A>(b));
         const uint32_t qh = ld16<amin(A, 2)>(b + 34 + 2 * ib);
-        const float dl = M::mul(d, (float)(2 * (int)((qh >> 12) & 7) + 1));
+        const float dl = M::mul(d, i2f(2 * (int)((qh >> 12) & 7) + 1));
         const float delta = (qh & 0x8000) ? -GC_IQ1S_DELTA : GC_IQ1S_DELTA;
         const uint32_t idx = ld8(b + 2 + 4 * ib + l) | (((qh >> (3 * l)) & 7) << 8);
         const uint2 g = grid8(gc_iq1s_grid, idx);
@@ -787,12 +871,14 @@ template <> struct dq<GGUF_TYPE_IQ1_S> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(dl, __fadd_rn(v[j], delta));
+        return dl;
     }
 };
 
 template <> struct dq<GGUF_TYPE_IQ1_M> {
     static constexpr int QK = 256, BYTES = 56, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const int ib = k >> 2, l = k & 3;
         const uint2 scw = ld64<amin(A, 8)>(b + 48); /* four LE uint16 */
@@ -801,7 +887,7 @@ template <> struct dq<GGUF_TYPE_IQ1_M> {
         const float d = M::h2f(dbits);
         const uint32_t sw = (ib >> 1) == 0 ? s0 : (ib >> 1) == 1 ? s1 : (ib >> 1) == 2 ? s2 : s3;
         const uint32_t sv = sw >> (6 * (ib & 1));
-        const float dl = M::mul(d, (float)(2 * (int)((sv >> (3 * (l >> 1))) & 7) + 1));
+        const float dl = M::mul(d, i2f(2 * (int)((sv >> (3 * (l >> 1))) & 7) + 1));
         const uint32_t nib = (ld8(b + 32 + 2 * ib + (l >> 1)) >> (4 * (l & 1))) & 15;
         const uint32_t idx = ld8(b + 4 * ib + l) | ((nib & 7) << 8);
         const float delta = (nib & 8) ? -GC_IQ1S_DELTA : GC_IQ1S_DELTA;
@@ -810,12 +896,14 @@ template <> struct dq<GGUF_TYPE_IQ1_M> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(dl, __fadd_rn(v[j], delta));
+        return dl;
     }
 };
 
 template <> struct dq<GGUF_TYPE_IQ4_NL> {
     static constexpr int QK = 32, BYTES = 18, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &c)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &c)
     {
         const float d = M::h2f(ld16<A>(b));
         const uint2 q = ld64<amin(A, 2)>(b + 2 + 8 * (k & 1));
@@ -824,12 +912,14 @@ template <> struct dq<GGUF_TYPE_IQ4_NL> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(d, v[j]);
+        return d;
     }
 };
 
 template <> struct dq<GGUF_TYPE_IQ4_XS> {
     static constexpr int QK = 256, BYTES = 136, MAXA = 8;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &c)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &c)
     {
         const int ib = k >> 2, part = k & 3;
         const uint32_t hdr = ld32<amin(A, 4)>(b); /* d, scales_h */
@@ -837,13 +927,14 @@ template <> struct dq<GGUF_TYPE_IQ4_XS> {
         const uint32_t sh_bits = hdr >> 16;
         const uint32_t sl = ld8(b + 4 + ib / 2);
         const int ls = (int)(((sl >> (4 * (ib & 1))) & 15) | (((sh_bits >> (2 * ib)) & 3) << 4));
-        const float dl = M::mul(d, (float)(ls - 32));
+        const float dl = M::mul(d, i2f(ls - 32));
         const uint2 q = ld64<amin(A, 8)>(b + 8 + 16 * ib + 8 * (part & 1));
         const int sh = 4 * (part >> 1);
         expand8(lookup8(c.t16, shr_and(q, sh, 0x0F0F0F0Fu)), 128.0f, v);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(dl, v[j]);
+        return dl;
     }
 };
 
@@ -851,21 +942,29 @@ template <> struct dq<GGUF_TYPE_IQ4_XS> {
 
 template <> struct dq<GGUF_TYPE_MXFP4> {
     static constexpr int QK = 32, BYTES = 17, MAXA = 1;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &c)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &c)
     {
         const float d = e8m0_half(ld8(b));
-        const uint2 q = ld64<1>(b + 1 + 8 * (k & 1));
+        /* 17-byte blocks start at any byte. Word loads unless the last
+         * word would reach past the row; the first word starts at most 2
+         * bytes before the block: inside the buffer, or in the aligned word
+         * of its first byte, which the (256-byte aligned) allocation holds */
+        const uint8_t *p = b + 1 + 8 * (k & 1);
+        const uint2 q = ((uintptr_t)(p + 7) | 3) < (uintptr_t)c.end ? ld64_words(p) : ld64<1>(p);
         const int sh = 4 * (k >> 1);
         expand8(lookup8(c.t16, shr_and(q, sh, 0x0F0F0F0Fu)), 128.0f, v);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(v[j], d);
+        return d;
     }
 };
 
 template <> struct dq<GGUF_TYPE_NVFP4> {
     static constexpr int QK = 64, BYTES = 36, MAXA = 4;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &c)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &c)
     {
         const int sb = k >> 1, sh = 4 * (k & 1);
         const float d = ue4m3_half(ld8(b + sb));
@@ -874,6 +973,7 @@ template <> struct dq<GGUF_TYPE_NVFP4> {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = M::mul(d, v[j]);
+        return d;
     }
 };
 
@@ -881,13 +981,15 @@ template <> struct dq<GGUF_TYPE_NVFP4> {
 
 template <> struct dq<GGUF_TYPE_Q1_0> {
     static constexpr int QK = 128, BYTES = 18, MAXA = 2;
-    template <int A, class M> GC_DEV void unit(const uint8_t *b, int k, float *v, const ctx &)
+    static constexpr bool GUARDED = true;
+    template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = M::h2f(ld16<A>(b));
         const uint32_t bits = ld8(b + 2 + k);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = negif(d, ((bits >> j) & 1) ^ 1); /* set: d, clear: -d */
+        return d;
     }
 };
 
@@ -1003,9 +1105,10 @@ GC_DEV void store8(void *dst, uint64_t u, const float *v, bool vec, bool full, b
  * The kernel: a grid-stride loop over units.
  * ====================================================================== */
 
-template <int T> GC_DEV ctx make_ctx()
+template <int T> GC_DEV ctx make_ctx(const uint8_t *end)
 {
     ctx c;
+    c.end = end;
     if constexpr (T == GGUF_TYPE_IQ4_NL || T == GGUF_TYPE_IQ4_XS)
         c.t16 = load_tab16(gc_iq4nl_values);
     else if constexpr (T == GGUF_TYPE_MXFP4 || T == GGUF_TYPE_NVFP4)
@@ -1015,49 +1118,93 @@ template <int T> GC_DEV ctx make_ctx()
     return c;
 }
 
-/* GC_UNROLL units per thread per loop trip, decoded before any is stored so
- * their loads are in flight together; GC_MIN_BLOCKS 5 caps registers at 51
- * so 40 warps fit on an SM. Measured on H200 against 4 units / 64 registers
- * and 1 unit / 6 blocks: docs/benchmarks.md. */
+/* The loop's shape per type: UNROLL units per thread per trip, decoded
+ * before any is stored so that their loads are in flight together;
+ * MIN_BLOCKS resident blocks of 256 threads per SM asked of the register
+ * allocator (4: 64 registers, 32 warps; 5: 51 registers, 40 warps);
+ * PREFETCH: how many trips ahead each thread asks L2 for its next blocks.
+ * The quantized kernels wait on their loads (ncu on H200: 65% of a warp's
+ * cycles in long-scoreboard stalls for Q4_K with BF16 output), so a
+ * prefetch that takes no register and no wait hides most of that latency;
+ * plain types, Q8_1 and Q8_K read enough bytes per element that the extra
+ * requests cost more than they hide. 4 units with 64 registers is faster
+ * for most types, 2 units with 51 registers for Q5_K, TQ1_0 and IQ3_S.
+ * All measured (docs/benchmarks.md, "CUDA dequantization"). */
+template <int T> struct tune {
+#ifdef GC_UNROLL
+    static constexpr int UNROLL = GC_UNROLL, MIN_BLOCKS = GC_MIN_BLOCKS;
+#else
+    static constexpr bool two = T == GGUF_TYPE_Q5_K || T == GGUF_TYPE_TQ1_0 ||
+                                T == GGUF_TYPE_IQ3_S;
+    static constexpr int UNROLL = two ? 2 : 4, MIN_BLOCKS = two ? 5 : 4;
+#endif
+#ifdef GC_PREFETCH
+    static constexpr int PREFETCH = GC_PREFETCH;
+#else
+    static constexpr int PREFETCH =
+        dq<T>::GUARDED && T != GGUF_TYPE_Q8_1 && T != GGUF_TYPE_Q8_K ? 1 : 0;
+#endif
+};
 
 template <int T, int A>
-__global__ void __launch_bounds__(256, GC_MIN_BLOCKS)
-    k_dequant(const uint8_t *__restrict__ src, void *__restrict__ dst, uint64_t n_units, int vec,
+__global__ void __launch_bounds__(256, tune<T>::MIN_BLOCKS)
+    k_dequant(const uint8_t *__restrict__ src, void *__restrict__ dst, uint32_t n_units, int vec,
               uint32_t out_type, uint64_t src_row_stride, uint64_t dst_row_bytes)
 {
     using D = dq<T>;
-    /* rectangles: blockIdx.y is the row, n_units the units of one row */
+    constexpr int U = tune<T>::UNROLL;
+    /* rectangles: blockIdx.y is the row, n_units the units of one row (fewer
+     * than 2^31: the launcher cuts longer runs, so unit arithmetic is 32-bit) */
     src += (uint64_t)blockIdx.y * src_row_stride;
     dst = (uint8_t *)dst + (uint64_t)blockIdx.y * dst_row_bytes;
-    constexpr int UPB = D::QK / 8; /* units per block: a power of two */
+    constexpr uint32_t UPB = D::QK / 8; /* units per block: a power of two */
     static_assert((UPB & (UPB - 1)) == 0, "units per block");
     __shared__ stage st;
-    const ctx c = make_ctx<T>();
-    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    const uint64_t lane = threadIdx.x & 31;
-    for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < n_units;
-         u0 += stride * GC_UNROLL) {
-        float v[GC_UNROLL][8];
+    const ctx c = make_ctx<T>(src + (uint64_t)(n_units / UPB) * D::BYTES);
+    const uint32_t stride = gridDim.x * blockDim.x;
+    const uint32_t lane = threadIdx.x & 31;
+    for (uint32_t u0 = blockIdx.x * blockDim.x + threadIdx.x; u0 < n_units;
+         u0 += stride * U) {
+        float v[U][8], g[U];
+        /* the blocks of a later trip into L2 (no register, no wait) */
+        if constexpr (tune<T>::PREFETCH > 0) {
+#pragma unroll
+            for (int i = 0; i < U; i++) {
+                const uint32_t un = u0 + (U * tune<T>::PREFETCH + i) * stride;
+                if (un < n_units)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                        src + (uint64_t)(un / UPB) * D::BYTES + (un % UPB) * (D::BYTES / UPB)));
+            }
+        }
         /* 1: decode every unit (past the end: decode the last one again, so
          * there is no branch between the loads) */
 #pragma unroll
-        for (int i = 0; i < GC_UNROLL; i++) {
-            uint64_t u = u0 + (uint64_t)i * stride;
+        for (int i = 0; i < U; i++) {
+            uint32_t u = u0 + i * stride;
             u = u < n_units ? u : n_units - 1;
-            D::template unit<A, fast_ops>(src + (u / UPB) * D::BYTES, (int)(u % UPB), v[i], c);
+            g[i] = D::template unit<A, fast_ops>(src + (uint64_t)(u / UPB) * D::BYTES,
+                                                 (int)(u % UPB), v[i], c);
         }
-        /* 2: units holding a NaN again, with the x86 NaN rules; 3: store */
+        /* 2: units that may hold a NaN again, with the x86 NaN rules (a
+         * quantized type's output can only be NaN when its guard, a sum of
+         * the unit's scales, is not finite: one test instead of eight);
+         * 3: store */
 #pragma unroll
-        for (int i = 0; i < GC_UNROLL; i++) {
-            const uint64_t u = u0 + (uint64_t)i * stride;
+        for (int i = 0; i < U; i++) {
+            const uint32_t u = u0 + i * stride;
             if (u >= n_units)
                 break;
             bool nan = false;
+            if constexpr (D::GUARDED) {
+                nan = !(fabsf(g[i]) < __int_as_float(0x7F800000));
+            } else {
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                nan |= isnan(v[i][j]);
+                for (int j = 0; j < 8; j++)
+                    nan |= isnan(v[i][j]);
+            }
             if (nan)
-                D::template unit<A, x86_ops>(src + (u / UPB) * D::BYTES, (int)(u % UPB), v[i], c);
+                D::template unit<A, x86_ops>(src + (uint64_t)(u / UPB) * D::BYTES,
+                                             (int)(u % UPB), v[i], c);
             const bool full = u - lane + 32 <= n_units;
             /* the output type is a uniform branch, not a template argument:
              * a third of the kernels to compile for each architecture */
@@ -1130,35 +1277,44 @@ cudaError_t gc_launch_kquant(uint32_t type, const gc_launch *l, bool *handled);
 cudaError_t gc_launch_iq(uint32_t type, const gc_launch *l, bool *handled);
 
 /* The generic launcher used by the families: picks A and O. */
+/* Units per launch along a row: the kernel counts units in 32 bits. A
+ * multiple of every type's units per block, so pieces start at blocks. */
+#define GC_PIECE_UNITS (1ull << 30)
+
 template <int T> cudaError_t gc_launch_type(const gc_launch *l)
 {
     using D = gc::dq<T>;
+    constexpr uint64_t UPB = D::QK / 8;
     const uint64_t n_units = l->n / 8;
     const uint64_t out_size = l->out_type == GGUF_TYPE_F32 ? 4 : 2;
     const uint64_t rows = l->n_rows ? l->n_rows : 1;
-    for (uint64_t r0 = 0; n_units > 0 && r0 < rows; r0 += 65535) {
-        const uint64_t nr = rows - r0 < 65535 ? rows - r0 : 65535;
-        uint64_t blocks = (n_units + 255) / 256, cap = l->max_blocks / nr;
-        if (cap < 1)
-            cap = 1;
-        if (blocks > cap)
-            blocks = cap;
-        /* A: the block-start alignment we can promise, at most D::MAXA */
-        const int a = l->src_align;
-        const dim3 grid((unsigned)blocks, (unsigned)nr), block(256);
-        const uint8_t *src = l->src + r0 * l->src_row_stride;
-        void *dst = (uint8_t *)l->dst + r0 * l->n * out_size;
-#define GC_GO(A)                                                                               \
-    gc::k_dequant<T, A><<<grid, block, 0, l->stream>>>(src, dst, n_units, l->vec, l->out_type, \
-                                                       l->src_row_stride, l->n * out_size)
-        if (a >= D::MAXA)
-            GC_GO(D::MAXA);
-        else
-            GC_GO(1);
+    for (uint64_t p0 = 0; p0 < n_units; p0 += GC_PIECE_UNITS) {
+        const uint64_t pu = n_units - p0 < GC_PIECE_UNITS ? n_units - p0 : GC_PIECE_UNITS;
+        for (uint64_t r0 = 0; r0 < rows; r0 += 65535) {
+            const uint64_t nr = rows - r0 < 65535 ? rows - r0 : 65535;
+            uint64_t blocks = (pu + 255) / 256, cap = l->max_blocks / nr;
+            if (cap < 1)
+                cap = 1;
+            if (blocks > cap)
+                blocks = cap;
+            /* A: the block-start alignment we can promise, at most D::MAXA */
+            const int a = l->src_align;
+            const dim3 grid((unsigned)blocks, (unsigned)nr), block(256);
+            const uint8_t *src = l->src + r0 * l->src_row_stride + p0 / UPB * D::BYTES;
+            void *dst = (uint8_t *)l->dst + (r0 * l->n + p0 * 8) * out_size;
+#define GC_GO(A)                                                                         \
+    gc::k_dequant<T, A><<<grid, block, 0, l->stream>>>(src, dst, (uint32_t)pu, l->vec,   \
+                                                       l->out_type, l->src_row_stride, \
+                                                       l->n * out_size)
+            if (a >= D::MAXA)
+                GC_GO(D::MAXA);
+            else
+                GC_GO(1);
 #undef GC_GO
-        const cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess)
-            return e;
+            const cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess)
+                return e;
+        }
     }
     if constexpr (D::QK == 8 && D::BYTES <= 64) {
         const int tail = (int)(l->n % 8);
