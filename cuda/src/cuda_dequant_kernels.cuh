@@ -699,20 +699,13 @@ template <> struct dq<GGUF_TYPE_TQ1_0> {
     template <int A, class M> GC_DEV float unit(const uint8_t *b, int k, float *v, const ctx &)
     {
         const float d = M::h2f(ld16<amin(A, 4)>(b + 52));
-        int off, kk_lo, kk_hi;
-        if (k < 20) {
-            off = 8 * (k & 3);
-            kk_lo = kk_hi = k >> 2;
-        } else if (k < 30) {
-            off = 32 + 8 * ((k - 20) & 1);
-            kk_lo = kk_hi = (k - 20) >> 1;
-        } else {
-            off = 48;
-            kk_lo = 2 * (k - 30);
-            kk_hi = kk_lo + 1;
-        }
+        /* selects, not branches: the lanes of a warp take all three */
+        const bool qs0 = k < 20, qh = k >= 30;
+        const int off = qs0 ? 8 * (k & 3) : qh ? 48 : 32 + 8 * ((k - 20) & 1);
+        const int kk_lo = qs0 ? k >> 2 : qh ? 2 * (k - 30) : (k - 20) >> 1;
+        const int kk_hi = kk_lo + (qh ? 1 : 0);
         const uint32_t w0 = ld32<amin(A, 4)>(b + off);
-        const uint32_t w1 = ld32<amin(A, 4)>(b + (k < 30 ? off + 4 : off));
+        const uint32_t w1 = ld32<amin(A, 4)>(b + (qh ? off : off + 4));
         expand8(make_uint2(tq_digits4(w0, tq_pow3(kk_lo)), tq_digits4(w1, tq_pow3(kk_hi))), 1.0f, v);
 #pragma unroll
         for (int j = 0; j < 8; j++)
