@@ -138,7 +138,6 @@ static int put_value(bytes *b, const gguf_value *v, int depth)
     return n ? bytes_put(b, v->v.arr.raw, bytes_n) : GGUF_OK;
 }
 
-
 /* Local file systems, where a kernel copy is a page-cache copy that we can
  * do better for shifted ranges (copy_range); elsewhere (NFS, SMB, FUSE) the
  * kernel's copy may run on the server and is always preferred. */
@@ -206,10 +205,12 @@ int gguf_writer_create(gguf_writer **out, const char *path, const gguf_writer_op
      * (XFS, btrfs) see block-aligned requests. */
     struct statfs sf;
     w->blk = 4096;
-    if (fstatfs(w->fd, &sf) == 0 && sf.f_bsize >= 4096 && sf.f_bsize <= (1 << 20) &&
-        !((uint64_t)sf.f_bsize & ((uint64_t)sf.f_bsize - 1)))
-        w->blk = (uint64_t)sf.f_bsize;
-    w->local_fs = fs_is_local(&sf);
+    if (fstatfs(w->fd, &sf) == 0) {
+        if (sf.f_bsize >= 4096 && sf.f_bsize <= (1 << 20) &&
+            !((uint64_t)sf.f_bsize & ((uint64_t)sf.f_bsize - 1)))
+            w->blk = (uint64_t)sf.f_bsize;
+        w->local_fs = fs_is_local(&sf);
+    }
     *out = w;
     return GGUF_OK;
 fail:
