@@ -3,7 +3,8 @@
  * all three output types (F32, F16, BF16), aligned and misaligned buffers,
  * random blocks with planted special scales (NaN with payloads, signalling
  * NaN, +-Inf, subnormals, +-0, the largest half), every E8M0/UE4M3 scale byte,
- * a tensor large enough for the grid-stride loop, every tensor of the real
+ * a tensor large enough for the grid-stride loop, a run longer than one
+ * launch (cut into 32-bit pieces), every tensor of the real
  * GGUF files under GGUFKIT_GPU_TESTDATA (or GGUFKIT_SHARED), and the error
  * codes of the API.
  *
@@ -273,6 +274,83 @@ START_TEST(tc_large)
 }
 END_TEST
 
+/* A run longer than one launch: the launcher cuts a row into pieces of 2^30
+ * units (2^33 elements) so that the kernel counts units in 32 bits. IQ1_S
+ * (the fewest bytes per element with 256-element blocks) to BF16: 1.7 GB in,
+ * 17 GB out. The blocks repeat a random pattern; the elements around the cut
+ * and at the end are compared with the CPU. Skipped on smaller devices. */
+static int64_t check_window(const uint8_t *pattern, int64_t pat_blocks, const uint16_t *dev_out,
+                            int64_t first_block, int64_t n_blocks)
+{
+    const uint32_t type = GGUF_TYPE_IQ1_S;
+    const gguf_type_info *ti = gguf_type_get(type);
+    const int64_t n = n_blocks * ti->block_size;
+    uint8_t *blocks = malloc((size_t)n_blocks * ti->type_size);
+    uint16_t *want = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
+    ck_assert(blocks && want && got);
+    for (int64_t b = 0; b < n_blocks; b++)
+        memcpy(blocks + (size_t)b * ti->type_size,
+               pattern + (size_t)((first_block + b) % pat_blocks) * ti->type_size, ti->type_size);
+    cpu_expect(type, blocks, n, GGUF_TYPE_BF16, want);
+    gguf_error e;
+    ck_assert_int_eq(
+        gguf_cuda_memcpy(got, dev_out + first_block * ti->block_size, (size_t)n * 2, &e), 0);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += got[i] != want[i];
+    if (bad)
+        fprintf(stderr, "MISMATCH pieces: %lld of %lld elements from block %lld differ\n",
+                (long long)bad, (long long)n, (long long)first_block);
+    free(blocks);
+    free(want);
+    free(got);
+    return bad;
+}
+
+START_TEST(tc_pieces)
+{
+    const uint32_t type = GGUF_TYPE_IQ1_S;
+    const gguf_type_info *ti = gguf_type_get(type);
+    const int64_t cut = (int64_t)1 << 33, n = cut + ((int64_t)1 << 20);
+    const int64_t nblocks = n / ti->block_size, pat_blocks = 4096;
+    const size_t in_bytes = (size_t)nblocks * ti->type_size, out_bytes = (size_t)n * 2;
+    gguf_error e;
+    gguf_cuda_device_info info;
+    ck_assert_int_eq(gguf_cuda_device_info_get(0, &info, &e), 0);
+    if (info.total_mem < in_bytes + out_bytes + ((size_t)2 << 30)) {
+        fprintf(stderr, "pieces: skipped: needs %.1f GiB of device memory\n",
+                (double)(in_bytes + out_bytes) / (1u << 30));
+        return;
+    }
+    uint8_t *pattern = malloc((size_t)pat_blocks * ti->type_size);
+    ck_assert_ptr_nonnull(pattern);
+    uint64_t st = 0x5151;
+    hd_fill(&st, pattern, (size_t)pat_blocks * ti->type_size);
+    void *src = NULL, *dst = NULL;
+    ck_assert_msg(gguf_cuda_malloc(&src, in_bytes, &e) == 0, "%s", ERRMSG(e));
+    ck_assert_msg(gguf_cuda_malloc(&dst, out_bytes, &e) == 0, "%s", ERRMSG(e));
+    const size_t pat = (size_t)pat_blocks * ti->type_size;
+    ck_assert_int_eq(gguf_cuda_memcpy(src, pattern, pat, &e), 0);
+    for (size_t have = pat; have < in_bytes;) { /* replicate by doubling */
+        const size_t m = have < in_bytes - have ? have : in_bytes - have;
+        ck_assert_int_eq(gguf_cuda_memcpy_async((uint8_t *)src + have, src, m, NULL, &e), 0);
+        have += m;
+    }
+    ck_assert_msg(gguf_cuda_dequant_to(type, src, GGUF_TYPE_BF16, dst, n, NULL, &e) == 0, "%s",
+                  ERRMSG(e));
+    ck_assert_msg(gguf_cuda_stream_sync(NULL, &e) == 0, "%s", ERRMSG(e));
+    const int64_t win = 64; /* blocks on each side */
+    int64_t bad = check_window(pattern, pat_blocks, dst, cut / ti->block_size - win, 2 * win);
+    bad += check_window(pattern, pat_blocks, dst, nblocks - win, win);
+    fprintf(stderr, "pieces: %lld elements of IQ1_S to BF16, around the cut and the end\n",
+            (long long)n);
+    gguf_cuda_free(src);
+    gguf_cuda_free(dst);
+    free(pattern);
+    ck_assert_msg(bad == 0, "%lld elements differ", (long long)bad);
+}
+END_TEST
+
 START_TEST(tc_errors)
 {
     gguf_error e;
@@ -507,6 +585,7 @@ int main(void)
     tcase_add_test(tc, tc_slices);
     if (full) {
         tcase_add_test(tc, tc_large);
+        tcase_add_test(tc, tc_pieces);
         tcase_add_test(tc, tc_real_files);
     }
     suite_add_tcase(s, tc);
