@@ -47,12 +47,18 @@ typedef struct fk_attn_args {
 } fk_attn_args;
 void fk_attn(const fk_attn_args *a, cudaStream_t s);
 
-/* dst[i] = src[rows[i]] for m rows of width E */
+/* dst[i] = src[rows[i]] for m rows of width E; a row -1 is zeros */
 void fk_gather(float *dst, const float *src, const int32_t *rows, int64_t m, int64_t E,
                cudaStream_t s);
 /* acc[rows[i]][j] += (double)(float)(ys[i][j] * w[i]) */
 void fk_moe_acc(double *acc, const float *ys, const int32_t *rows, const float *w, int64_t m,
                 int64_t E, cudaStream_t s);
+/* out[t][j] = (float)sum over k of (double)(float)(ys[trow[t][k]][j] * tw[t][k])
+ * (k < nu in the order given, rows -1 left out), summed in double from 0;
+ * with add: rnd(that + add[t][j]). What fk_moe_acc expert by expert and
+ * fk_acc_out compute, when each token's rows are in expert order. */
+void fk_moe_combine(float *out, const float *ys, const int32_t *trow, const float *tw, int64_t n,
+                    int64_t nu, int64_t E, const float *add, cudaStream_t s);
 /* x[i] = rnd(x[i] * s) */
 void fk_scale(float *x, int64_t n, double s, cudaStream_t st);
 /* out[i] = (float)acc[i]; with add: out[i] = rnd((float)acc[i] + add[i]) */

@@ -206,7 +206,10 @@ __global__ static void k_gather(float *dst, const float *src, const int32_t *row
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * E;
          i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = src[(int64_t)rows[i / E] * E + i % E];
+    {
+        const int32_t r = rows[i / E];
+        dst[i] = r >= 0 ? src[(int64_t)r * E + i % E] : 0.0f;
+    }
 }
 
 void fk_gather(float *dst, const float *src, const int32_t *rows, int64_t m, int64_t E,
@@ -233,6 +236,34 @@ void fk_moe_acc(double *acc, const float *ys, const int32_t *rows, const float *
 {
     if (m * E > 0)
         k_moe_acc<<<fk_blocks(m * E), FK_THREADS, 0, s>>>(acc, ys, rows, w, m, E);
+}
+
+/* One thread per output value: the token's experts in expert order, as
+ * k_moe_acc expert by expert then k_acc_out would add them (the same bits),
+ * in one launch instead of one per routed expert. */
+__global__ static void k_moe_combine(float *out, const float *ys, const int32_t *trow,
+                                     const float *tw, int64_t n, int64_t nu, int64_t E,
+                                     const float *add)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * E;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / E, col = i % E;
+        double acc = 0.0;
+        for (int64_t k = 0; k < nu; k++) {
+            const int32_t r = trow[t * nu + k];
+            if (r >= 0)
+                acc += (double)(float)((double)ys[(int64_t)r * E + col] * (double)tw[t * nu + k]);
+        }
+        const float v = (float)acc;
+        out[i] = add ? __fadd_rn(v, add[i]) : v;
+    }
+}
+
+void fk_moe_combine(float *out, const float *ys, const int32_t *trow, const float *tw, int64_t n,
+                    int64_t nu, int64_t E, const float *add, cudaStream_t s)
+{
+    if (n * E > 0)
+        k_moe_combine<<<fk_blocks(n * E), FK_THREADS, 0, s>>>(out, ys, trow, tw, n, nu, E, add);
 }
 
 __global__ static void k_acc_out(float *out, const double *acc, const float *add, int64_t n)

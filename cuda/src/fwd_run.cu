@@ -75,6 +75,10 @@ struct gguf_cuda_fwd {
     int an, acap;
 };
 
+/* The most device memory that padding the routed experts' rows may add
+ * (ffn_moe: one batched GEMM per chunk instead of one GEMM per expert). */
+#define FC_PAD_BYTES ((uint64_t)256 << 20)
+
 /* cuBLAS's own workspace, which it allocates itself: counted against a cap. */
 #define FC_BLAS_WORKSPACE ((size_t)32 << 20)
 
@@ -115,12 +119,12 @@ static int fc_mem_check(gguf_cuda_fwd *c, uint64_t bytes, const char *what, gguf
 {
     if (!c->mem_limit || c->mem_fixed + c->mem_used + bytes <= c->mem_limit)
         return 0;
-    char a[32], b[32], d[32];
+    char a[32], b[32], d[32], u[32];
     return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET,
                      "cuda: --gpu-mem-limit %s: %s needs %s more (held: %s of staging and "
                      "workspace, %s of activations and KV cache)",
                      fc_mib(c->mem_limit, a, sizeof a), what, fc_mib(bytes, b, sizeof b),
-                     fc_mib(c->mem_fixed, d, sizeof d), fc_mib(c->mem_used, b, sizeof b));
+                     fc_mib(c->mem_fixed, d, sizeof d), fc_mib(c->mem_used, u, sizeof u));
 }
 
 static int fc_alloc(gguf_cuda_fwd *c, void *pp, size_t bytes, gguf_error *err)
@@ -239,9 +243,8 @@ static void fc_release(gguf_cuda_fwd *c, float *p, int64_t n_floats)
     fc_dfree(c, p);
 }
 
-/* One GEMM per request entry i: y_i[t][r0 + o] = W_i[o] . x_i[t], with
- * y_i = y + y_off[i], x_i = x + x_off[i] and n_tok[i] tokens (a single entry
- * when the arrays are NULL: offset 0, n_tok tokens). Column-major: W^T x. */
+/* y[t][r0 + o] = W[o] . x[t] for the nr rows of a part: one GEMM,
+ * column-major W^T x. */
 typedef struct fc_mm_arg {
     cublasHandle_t blas;
     float *y;
@@ -249,7 +252,6 @@ typedef struct fc_mm_arg {
     const float *x;
     int64_t xs;
     int64_t n_in, n_tok;
-    const int64_t *y_off, *x_off, *n_tok_of;
 } fc_mm_arg;
 
 static int fc_mm_chunk(const float *w, int64_t i, int64_t r0, int64_t nr, void *arg,
@@ -257,13 +259,60 @@ static int fc_mm_chunk(const float *w, int64_t i, int64_t r0, int64_t nr, void *
 {
     const fc_mm_arg *a = (const fc_mm_arg *)arg;
     const float one = 1.0f, zero = 0.0f;
-    const int64_t nt = a->n_tok_of ? a->n_tok_of[i] : a->n_tok;
-    const float *x = a->x + (a->x_off ? a->x_off[i] : 0);
-    float *y = a->y + (a->y_off ? a->y_off[i] : 0);
-    if (nt < 1)
+    (void)i;
+    if (a->n_tok < 1)
         return 0;
-    FC_BLAS(err, cublasSgemm(a->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)nt, (int)a->n_in,
-                             &one, w, (int)a->n_in, x, (int)a->xs, &zero, y + r0, (int)a->ys));
+    FC_BLAS(err, cublasSgemm(a->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)a->n_tok,
+                             (int)a->n_in, &one, w, (int)a->n_in, a->x, (int)a->xs, &zero,
+                             a->y + r0, (int)a->ys));
+    return 0;
+}
+
+/* The GEMMs of routed experts, chunk by chunk: request entry i (a slot)
+ * multiplies n_tok_of[i] rows of x from x_off[i] into y from y_off[i]. With
+ * pad > 0 every slot owns pad rows (y_off, x_off pad rows apart): the whole
+ * experts of a chunk that follow each other are one strided batched GEMM
+ * over pad rows each; a part of an expert (cut at a chunk's end), and every
+ * expert when pad is 0, is a GEMM of its own. */
+typedef struct fc_moe_arg {
+    cublasHandle_t blas;
+    float *y;
+    int64_t ys;
+    const float *x;
+    int64_t xs;
+    int64_t n_in, pad;
+    const int64_t *y_off, *x_off, *n_tok_of;
+} fc_moe_arg;
+
+static int fc_moe_chunk(const float *w, const fs_part *p, int n, void *arg, gguf_error *err)
+{
+    const fc_moe_arg *a = (const fc_moe_arg *)arg;
+    const float one = 1.0f, zero = 0.0f;
+    for (int k = 0; k < n;) {
+        /* parts k .. k + run - 1: whole experts, slots in a row */
+        const int64_t full = p[k].r0 == 0 ? p[k].nr : 0;
+        int run = 1;
+        if (a->pad > 0 && full > 0)
+            while (k + run < n && p[k + run].i == p[k].i + run && p[k + run].r0 == 0 &&
+                   p[k + run].nr == full)
+                run++;
+        const float *x = a->x + a->x_off[p[k].i];
+        float *y = a->y + a->y_off[p[k].i] + p[k].r0;
+        if (run > 1) {
+            FC_BLAS(err, cublasSgemmStridedBatched(
+                             a->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)full, (int)a->pad,
+                             (int)a->n_in, &one, w + p[k].float_off, (int)a->n_in,
+                             (long long)(full * a->n_in), x, (int)a->xs,
+                             (long long)(a->pad * a->xs), &zero, y, (int)a->ys,
+                             (long long)(a->pad * a->ys), run));
+        } else if (a->n_tok_of[p[k].i] > 0) {
+            FC_BLAS(err, cublasSgemm(a->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)p[k].nr,
+                                     (int)a->n_tok_of[p[k].i], (int)a->n_in, &one,
+                                     w + p[k].float_off, (int)a->n_in, x, (int)a->xs, &zero, y,
+                                     (int)a->ys));
+        }
+        k += run;
+    }
     return 0;
 }
 
@@ -273,7 +322,7 @@ static int fc_mm(gguf_cuda_fwd *c, float *y, int64_t ys, const float *x, int64_t
                  int64_t n_tok, gguf_error *err)
 {
     const int64_t n_in = w->ne[0];
-    fc_mm_arg a = {c->blas, y, ys ? ys : n_out, x, xs ? xs : n_in, n_in, n_tok, NULL, NULL, NULL};
+    fc_mm_arg a = {c->blas, y, ys ? ys : n_out, x, xs ? xs : n_in, n_in, n_tok};
     int rc = fc_stream(c, w, row0, n_out, fc_mm_chunk, &a, err);
     if (rc || !bias)
         return rc;
@@ -545,16 +594,13 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
 {
     const gguf_hparams *hp = c->hp;
     const int64_t E = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used, nff = hp->n_ff_exp;
-    float *dlog = NULL, *xs = NULL, *ys = NULL, *dw = NULL, *hg = NULL, *hu = NULL, *ysh = NULL;
-    int32_t *drows = NULL;
-    double *acc = NULL;
+    float *dlog = NULL, *xs = NULL, *ys = NULL, *hg = NULL, *hu = NULL, *ysh = NULL;
+    int32_t *drows = NULL, *rows = NULL;
     double *logits = (double *)malloc((size_t)(n * ne) * sizeof(double) + 1);
     int64_t *ids = (int64_t *)malloc((size_t)(n * nu) * sizeof(int64_t) + 1);
     double *wts = (double *)malloc((size_t)(n * nu) * sizeof(double) + 1);
     double *scr = (double *)malloc((size_t)(2 * ne + hp->n_group + 2) * sizeof(double));
     float *cap = (float *)malloc((size_t)(n * nu) * sizeof(float) * 2 + 1);
-    int32_t *rows = (int32_t *)malloc((size_t)(n * nu) * sizeof(int32_t) + 1);
-    float *roww = (float *)malloc((size_t)(n * nu) * sizeof(float) + 1);
     int64_t *start = (int64_t *)calloc((size_t)(ne + 1), sizeof(int64_t));
     fs_rows *rq = (fs_rows *)malloc((size_t)(3 * ne + 1) * sizeof(fs_rows));
     fs_rows *rq_up = rq + ne, *rq_down = rq + 2 * ne;
@@ -567,8 +613,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
                       *de = W(c, il, GGUF_ROLE_FFN_DOWN_EXPS), *gs = W(c, il, GGUF_ROLE_FFN_GATE_SHEXP),
                       *us = W(c, il, GGUF_ROLE_FFN_UP_SHEXP), *ds = W(c, il, GGUF_ROLE_FFN_DOWN_SHEXP);
     int rc = 0;
-    if (!logits || !ids || !wts || !scr || !cap || !rows || !roww || !start || !rq ||
-        !off_h) {
+    if (!logits || !ids || !wts || !scr || !cap || !start || !rq || !off_h) {
         rc = fw_nomem(err, "MoE");
         goto done;
     }
@@ -627,69 +672,117 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
             (rc = fc_capture_host(c, (int)il, GGUF_CAP_MOE_WEIGHTS, cap + n * nu, nu, n, err)))
             goto done;
     }
-    /* token lists of every expert, expert by expert (the CPU's order) */
+    /* Rows of the routed experts, expert by expert (the CPU's order): slot j
+     * (the j-th routed expert) at rows [roff[j], roff[j] + ntok[j]). Padded,
+     * every slot has P rows (the most tokens of any expert; the rest zeros),
+     * so that a chunk's whole experts are one strided batched GEMM; packed,
+     * the slots follow each other and every expert is its own GEMM. Padding
+     * wins unless it multiplies the rows: a GEMM launch costs the host about
+     * what the GPU spends on 128 rows of these GEMMs. The pads' memory is
+     * bounded too: FC_PAD_BYTES at most, and what a --gpu-mem-limit leaves. */
     {
-        int64_t m = 0;
+        /* tokens per expert, then where each expert's rows start */
+        for (int64_t i = 0; i < n * nu; i++)
+            if (ids[i] >= 0 && ids[i] < ne)
+                start[ids[i] + 1]++;
+        int64_t P = 0, nx = 0;
         for (int64_t e = 0; e < ne; e++) {
-            start[e] = m;
-            for (int64_t t = 0; t < n; t++)
-                for (int64_t k = 0; k < nu; k++)
-                    if (ids[t * nu + k] == e) {
-                        rows[m] = (int32_t)t;
-                        roww[m] = (float)wts[t * nu + k];
-                        m++;
-                    }
+            P = start[e + 1] > P ? start[e + 1] : P;
+            nx += start[e + 1] > 0;
+            start[e + 1] += start[e];
         }
-        start[ne] = m;
-        if ((rc = fc_alloc(c, &drows, (size_t)(m + 1) * sizeof(int32_t), err)) ||
-            (rc = fc_alloc(c, &dw, (size_t)(m + 1) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &xs, (size_t)((m + 1) * E) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &ys, (size_t)((m + 1) * E) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &hg, (size_t)((m + 1) * nff) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &hu, (size_t)((m + 1) * nff) * sizeof(float), err)) ||
-            (rc = fc_alloc(c, &acc, (size_t)(n * E) * sizeof(double), err)))
+        const int64_t m = start[ne];
+        const uint64_t row_bytes = (uint64_t)(2 * E + 2 * nff) * sizeof(float);
+        uint64_t room = FC_PAD_BYTES;
+        if (c->mem_limit) {
+            const uint64_t held = c->mem_fixed + c->mem_used + (uint64_t)(m + 1) * row_bytes;
+            const uint64_t left = c->mem_limit > held ? c->mem_limit - held : 0;
+            room = left < room ? left : room;
+        }
+        const bool padded =
+            nx * P <= m + 128 * nx && (uint64_t)(nx * P - m) * row_bytes <= room;
+        const int64_t rows_n = padded ? nx * P : m;
+        /* one upload: layout row -> token (-1: a pad), then per token its
+         * rows and weights in expert order (for the combine) */
+        rows = (int32_t *)malloc((size_t)(rows_n + 2 * n * nu + 1) * sizeof(int32_t));
+        int64_t *base = (int64_t *)malloc((size_t)(ne + nu) * sizeof(int64_t));
+        if (!rows || !base) {
+            free(base);
+            rc = fw_nomem(err, "MoE rows");
             goto done;
-        GC_GOTO(err, cudaMemcpyAsync(drows, rows, (size_t)m * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, c->ks));
-        GC_GOTO(err, cudaMemcpyAsync(dw, roww, (size_t)m * sizeof(float), cudaMemcpyHostToDevice,
-                                    c->ks));
-        GC_GOTO(err, cudaMemsetAsync(acc, 0, (size_t)(n * E) * sizeof(double), c->ks));
-        /* every routed row's input, expert by expert */
-        fk_gather(xs, x, drows, m, E, c->ks);
-    }
-    /* The routed experts of each tensor in one request: they travel packed
-     * into few chunks, one GEMM per expert as its rows arrive. */
-    {
-        int64_t nx = 0;
+        }
+        int32_t *trow = rows + rows_n, *tw = trow + n * nu;
+        for (int64_t i = 0; i < rows_n; i++)
+            rows[i] = -1;
+        nx = 0;
         for (int64_t e = 0; e < ne; e++) {
             const int64_t me = start[e + 1] - start[e];
+            base[e] = padded ? nx * P : start[e];
             if (me == 0)
                 continue; /* never routed to: never moved */
             rq[nx] = fc_rows(ge, e * nff, nff);
             rq_up[nx] = fc_rows(ue, e * nff, nff);
             rq_down[nx] = fc_rows(de, e * E, E);
-            off_h[nx] = start[e] * nff;
-            off_e[nx] = start[e] * E;
+            off_h[nx] = base[e] * nff;
+            off_e[nx] = base[e] * E;
             ntok[nx] = me;
             nx++;
         }
+        /* token by token (an expert's rows in token order), each token's
+         * entries then sorted by expert (nu is small) */
+        int64_t *te = base + ne; /* the token's experts so far, sorted */
+        for (int64_t t = 0; t < n; t++) {
+            int64_t got = 0;
+            for (int64_t k = 0; k < nu; k++) {
+                const int64_t e = ids[t * nu + k];
+                trow[t * nu + k] = -1;
+                memset(&tw[t * nu + k], 0, sizeof *tw);
+                if (e < 0 || e >= ne)
+                    continue;
+                const int64_t r = base[e]++;
+                const float wv = (float)wts[t * nu + k];
+                rows[r] = (int32_t)t;
+                int64_t j = got++;
+                for (; j > 0 && te[j - 1] > e; j--) { /* a larger expert moves up */
+                    trow[t * nu + j] = trow[t * nu + j - 1];
+                    tw[t * nu + j] = tw[t * nu + j - 1];
+                    te[j] = te[j - 1];
+                }
+                trow[t * nu + j] = (int32_t)r;
+                memcpy(&tw[t * nu + j], &wv, sizeof wv);
+                te[j] = e;
+            }
+        }
+        free(base);
+        if ((rc = fc_alloc(c, &drows, (size_t)(rows_n + 2 * n * nu + 1) * sizeof(int32_t), err)) ||
+            (rc = fc_alloc(c, &xs, (size_t)((rows_n + 1) * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &ys, (size_t)((rows_n + 1) * E) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &hg, (size_t)((rows_n + 1) * nff) * sizeof(float), err)) ||
+            (rc = fc_alloc(c, &hu, (size_t)((rows_n + 1) * nff) * sizeof(float), err)))
+            goto done;
+        GC_GOTO(err, cudaMemcpyAsync(drows, rows,
+                                    (size_t)(rows_n + 2 * n * nu) * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, c->ks));
+        /* every routed row's input, expert by expert */
+        fk_gather(xs, x, drows, rows_n, E, c->ks);
         c->st.experts_loaded += (uint64_t)nx;
-        fc_mm_arg ag = {c->blas, hg, nff, xs, E, E, 0, off_h, off_e, ntok};
-        fc_mm_arg au = ag;
+        /* The routed experts of each tensor in one request: they travel packed
+         * into few chunks, their GEMMs launched chunk by chunk. */
+        fc_moe_arg ag = {c->blas, hg, nff, xs, E, E, padded ? P : 0, off_h, off_e, ntok};
+        fc_moe_arg au = ag;
         au.y = hu;
-        fc_mm_arg ad = {c->blas, ys, E, hg, nff, nff, 0, off_e, off_h, ntok};
-        if ((rc = fs_stream(c->fs, rq, nx, fc_mm_chunk, &ag, err)) ||
-            (rc = fs_stream(c->fs, rq_up, nx, fc_mm_chunk, &au, err)))
+        fc_moe_arg ad = {c->blas, ys, E, hg, nff, nff, padded ? P : 0, off_e, off_h, ntok};
+        if ((rc = fs_stream_chunks(c->fs, rq, nx, fc_moe_chunk, &ag, err)) ||
+            (rc = fs_stream_chunks(c->fs, rq_up, nx, fc_moe_chunk, &au, err)))
             goto done;
-        fk_swiglu(hg, hu, start[ne] * nff, c->ks);
-        if ((rc = fs_stream(c->fs, rq_down, nx, fc_mm_chunk, &ad, err)))
+        fk_swiglu(hg, hu, rows_n * nff, c->ks);
+        if ((rc = fs_stream_chunks(c->fs, rq_down, nx, fc_moe_chunk, &ad, err)))
             goto done;
-        /* combined expert by expert, in the CPU's order */
-        for (int64_t e = 0; e < ne; e++)
-            fk_moe_acc(acc, ys + start[e] * E, drows + start[e], dw + start[e],
-                       start[e + 1] - start[e], E, c->ks);
+        /* combined token by token, experts in the CPU's order */
+        fk_moe_combine(out, ys, (const int32_t *)drows + rows_n,
+                       (const float *)(const void *)((const int32_t *)drows + rows_n + n * nu), n,
+                       nu, E, ysh, c->ks);
     }
-    fk_acc_out(out, acc, ysh, n * E, c->ks);
     GC_GOTO(err, cudaGetLastError());
     /* the host arrays above were copied from (pageable copies are staged
      * before they return), so they may be freed */
@@ -697,9 +790,7 @@ done:
     fc_dfree(c, dlog);
     fc_dfree(c, xs);
     fc_dfree(c, ys);
-    fc_dfree(c, dw);
     fc_dfree(c, drows);
-    fc_dfree(c, acc);
     fc_dfree(c, hg);
     fc_dfree(c, hu);
     fc_dfree(c, ysh);
@@ -711,7 +802,6 @@ done:
     free(scr);
     free(cap);
     free(rows);
-    free(roww);
     free(start);
     free(bias);
     return rc;

@@ -19,12 +19,6 @@
 #define FS_BUFFERS 3
 #define FS_MAX_REGIONS 64 /* registered files (parts of a split set) */
 
-/* A run of rows of one request entry, placed in a chunk. */
-typedef struct fs_part {
-    int64_t i, r0, nr;
-    int64_t float_off; /* within its chunk */
-} fs_part;
-
 /* A chunk of the request being streamed: parts [first, first + n). A direct
  * chunk's parts lie in registered memory: the copy engine reads them in
  * place, without a gather into pinned staging. */
@@ -55,6 +49,11 @@ struct fs_streamer {
     int n_parts, cap_parts;
     fs_chunk *chunks;
     int n_chunks, cap_chunks;
+    /* a direct chunk's copies as one batch: cap_parts entries each */
+    void **bdst;
+    const void **bsrc;
+    size_t *bsize;
+    bool batch_ok;
     /* file mappings registered with CUDA (page-locked in place, read-only) */
     struct fs_region {
         const uint8_t *base;
@@ -83,6 +82,7 @@ int fs_create(fs_streamer **out, cudaStream_t compute, size_t chunk_bytes, int64
     s->chunk_floats = chunk_floats;
     s->drop_pages = drop_pages;
     s->page = sysconf(_SC_PAGESIZE);
+    s->batch_ok = true;
     /* the caller queues GPU work while the workers gather: n_threads workers */
     int rc = gguf_host_copy_team_create(&s->team, n_threads + 1, err);
     cudaError_t e = rc ? cudaSuccess : cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking);
@@ -132,6 +132,9 @@ void fs_free(fs_streamer *s)
     gguf_host_copy_team_free(s->team);
     free(s->parts);
     free(s->src);
+    free(s->bdst);
+    free(s->bsrc);
+    free(s->bsize);
     free(s->chunks);
     free(s);
 }
@@ -162,7 +165,16 @@ static int fs_add(fs_streamer *s, int64_t i, int64_t r0, int64_t nr, const void 
         gguf_host_copy_part *c = (gguf_host_copy_part *)realloc(s->src, (size_t)cap * sizeof *c);
         if (c)
             s->src = c;
-        if (!p || !c)
+        void **bd = (void **)realloc(s->bdst, (size_t)cap * sizeof *bd);
+        if (bd)
+            s->bdst = bd;
+        const void **bs = (const void **)realloc(s->bsrc, (size_t)cap * sizeof *bs);
+        if (bs)
+            s->bsrc = bs;
+        size_t *bz = (size_t *)realloc(s->bsize, (size_t)cap * sizeof *bz);
+        if (bz)
+            s->bsize = bz;
+        if (!p || !c || !bd || !bs || !bz)
             return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "streamer: out of memory");
         s->cap_parts = cap;
     }
@@ -298,9 +310,48 @@ static int fs_gather(fs_streamer *s, int j, gguf_error *err)
     return 0;
 }
 
+/* A direct chunk's parts straight from the registered mapping into raw[b]:
+ * parts adjacent in the file as one copy, all of them in one batch call
+ * (one cudaMemcpyAsync each where the driver has no batches). The routed
+ * experts of an MoE layer are dozens of parts a chunk: one call each cost
+ * the host more time than the copy engine took to move them. */
+static int fs_copy_direct(fs_streamer *s, const fs_chunk *c, int b, gguf_error *err)
+{
+    int n = 0;
+    size_t off = 0;
+    for (int k = c->first; k < c->first + c->n; k++) {
+        const uint8_t *src = (const uint8_t *)s->src[k].src;
+        if (n && (const uint8_t *)s->bsrc[n - 1] + s->bsize[n - 1] == src) {
+            s->bsize[n - 1] += s->src[k].n;
+        } else {
+            s->bdst[n] = (char *)s->raw[b] + off;
+            s->bsrc[n] = src;
+            s->bsize[n] = s->src[k].n;
+            n++;
+        }
+        off += s->src[k].n;
+    }
+    if (n > 1 && s->batch_ok) {
+        cudaMemcpyAttributes at;
+        memset(&at, 0, sizeof at);
+        at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t at_idx = 0;
+        const cudaError_t e = cudaMemcpyBatchAsync(s->bdst, s->bsrc, s->bsize, (size_t)n, &at,
+                                                   &at_idx, 1, s->cs);
+        if (e == cudaSuccess)
+            return 0;
+        (void)cudaGetLastError();
+        s->batch_ok = false; /* not on this driver: one copy each from now on */
+    }
+    for (int k = 0; k < n; k++)
+        GC_TRY(err, cudaMemcpyAsync(s->bdst[k], s->bsrc[k], s->bsize[k], cudaMemcpyHostToDevice,
+                                    s->cs));
+    return 0;
+}
+
 /* Chunk j (gathered) to the GPU: the copy, then (after the next chunk's
  * gather has started) the dequant and fn for each part. */
-static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *err)
+static int fs_run(fs_streamer *s, int j, fs_chunk_fn fn, void *arg, gguf_error *err)
 {
     const fs_chunk *c = &s->chunks[j];
     const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
@@ -310,13 +361,9 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *e
     s->st.copy_seconds += fs_now() - t0;
     GC_TRY(err, cudaStreamWaitEvent(s->cs, s->consumed[b], 0));
     if (c->direct) {
-        /* straight from the registered mapping, part by part */
-        size_t off = 0;
-        for (int k = c->first; k < c->first + c->n; k++) {
-            GC_TRY(err, cudaMemcpyAsync((char *)s->raw[b] + off, s->src[k].src, s->src[k].n,
-                                        cudaMemcpyHostToDevice, s->cs));
-            off += s->src[k].n;
-        }
+        int rc = fs_copy_direct(s, c, b, err);
+        if (rc)
+            return rc;
     } else {
         GC_TRY(err, cudaMemcpyAsync(s->raw[b], s->pinned[b], c->bytes, cudaMemcpyHostToDevice,
                                     s->cs));
@@ -331,10 +378,8 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *e
     t0 = fs_now();
     GC_TRY(err, cudaStreamWaitEvent(s->ks, s->h2d_done[b], 0));
     rc = gguf_cuda_dequant(c->type, s->raw[b], s->wbuf, c->floats, (gguf_cuda_stream *)s->ks, err);
-    for (int k = c->first; k < c->first + c->n && !rc; k++) {
-        const fs_part *p = &s->parts[k];
-        rc = fn(s->wbuf + p->float_off, p->i, p->r0, p->nr, arg, err);
-    }
+    if (!rc)
+        rc = fn(s->wbuf, s->parts + c->first, c->n, arg, err);
     /* recorded even after a failure: the buffer's next user must not wait
      * on work that was never queued */
     const cudaError_t e = cudaEventRecord(s->consumed[b], s->ks);
@@ -350,8 +395,8 @@ static int fs_run(fs_streamer *s, int j, fs_rows_fn fn, void *arg, gguf_error *e
     return rc;
 }
 
-int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
-              gguf_error *err)
+int fs_stream_chunks(fs_streamer *s, const fs_rows *req, int64_t n, fs_chunk_fn fn, void *arg,
+                     gguf_error *err)
 {
     int rc = fs_plan(s, req, n, err);
     if (rc || s->n_chunks == 0)
@@ -363,6 +408,28 @@ int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void
     gguf_host_copy_wait(s->team);
     s->slot += (uint64_t)s->n_chunks;
     return rc;
+}
+
+/* fs_stream's function, called part by part */
+typedef struct fs_each {
+    fs_rows_fn fn;
+    void *arg;
+} fs_each;
+
+static int fs_each_part(const float *w, const fs_part *parts, int n, void *arg, gguf_error *err)
+{
+    const fs_each *e = (const fs_each *)arg;
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++)
+        rc = e->fn(w + parts[k].float_off, parts[k].i, parts[k].r0, parts[k].nr, e->arg, err);
+    return rc;
+}
+
+int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
+              gguf_error *err)
+{
+    fs_each e = {fn, arg};
+    return fs_stream_chunks(s, req, n, fs_each_part, &e, err);
 }
 
 int fs_register_model(fs_streamer *s, const gguf_model *m, int mode, gguf_error *err)

@@ -49,6 +49,19 @@ typedef struct fs_rows {
 typedef int (*fs_rows_fn)(const float *w, int64_t i, int64_t r0, int64_t nr, void *arg,
                           gguf_error *err);
 
+/* A part of request entry i in a chunk: its rows [r0, r0 + nr) at
+ * float_off of the chunk's dequantized rows. Parts come in request order. */
+typedef struct fs_part {
+    int64_t i, r0, nr;
+    int64_t float_off;
+} fs_part;
+
+/* Called once per chunk with its n parts (w: the chunk's dequantized rows,
+ * valid as for fs_rows_fn): a caller that can treat several parts in one
+ * launch (the experts of an MoE layer) does so here. */
+typedef int (*fs_chunk_fn)(const float *w, const fs_part *parts, int n, void *arg,
+                           gguf_error *err);
+
 /* Figures summed over a streamer's life. */
 typedef struct fs_stats {
     uint64_t bytes;      /* quantized bytes copied to the GPU */
@@ -80,6 +93,9 @@ void fs_free(fs_streamer *s);
  *         GGUF_E_UNSUPPORTED for a row larger than a chunk; fn's code. */
 int fs_stream(fs_streamer *s, const fs_rows *req, int64_t n, fs_rows_fn fn, void *arg,
               gguf_error *err);
+/* The same, fn called once per chunk. */
+int fs_stream_chunks(fs_streamer *s, const fs_rows *req, int64_t n, fs_chunk_fn fn, void *arg,
+                     gguf_error *err);
 
 /*
  * Register the mappings of m's files with CUDA (cudaHostRegister, read-only):

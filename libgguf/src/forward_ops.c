@@ -500,7 +500,34 @@ void fw_attn_head(double *out, const double *q, const double *K, int64_t k_strid
 
 /* ---- MoE routing ---- */
 
-int64_t fw_topk(const double *scores, const uint8_t *keep, int64_t n, int64_t k, int64_t *idx)
+/* Top k by insertion into a sorted list, in one pass: an entry moves ahead
+ * of another only when strictly greater, so ties keep the lower index first,
+ * as passes of selection would pick them. -1 when a NaN is met (the passes
+ * then decide, NaN handling included). */
+static int64_t topk_insert(const double *scores, const uint8_t *keep, int64_t n, int64_t k,
+                           int64_t *idx)
+{
+    int64_t got = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (keep && !keep[i])
+            continue;
+        const double v = scores[i];
+        if (v != v)
+            return -1;
+        if (got == k && !(v > scores[idx[k - 1]]))
+            continue;
+        int64_t j = got < k ? got++ : k - 1;
+        for (; j > 0 && v > scores[idx[j - 1]]; j--)
+            idx[j] = idx[j - 1];
+        idx[j] = i;
+    }
+    return got;
+}
+
+/* k passes over n, each taking the best entry not taken yet (strict >: the
+ * lower index wins a tie; a NaN wins only a pass it starts). */
+static int64_t topk_passes(const double *scores, const uint8_t *keep, int64_t n, int64_t k,
+                           int64_t *idx)
 {
     int64_t got = 0;
     for (; got < k; got++) {
@@ -521,6 +548,17 @@ int64_t fw_topk(const double *scores, const uint8_t *keep, int64_t n, int64_t k,
         idx[got] = best;
     }
     return got;
+}
+
+/* MoE routing calls this for every token of every layer: the single pass
+ * costs about n compares where the passes cost k * n (and more), which was
+ * most of the host's time routing a 64-token batch. */
+int64_t fw_topk(const double *scores, const uint8_t *keep, int64_t n, int64_t k, int64_t *idx)
+{
+    if (k <= 0)
+        return 0;
+    const int64_t got = topk_insert(scores, keep, n, k, idx);
+    return got >= 0 ? got : topk_passes(scores, keep, n, k, idx);
 }
 
 void fw_moe_route(const fw_moe_cfg *cfg, const double *logits, const float *bias,

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,6 +239,57 @@ START_TEST(topk_ties_and_mask)
 }
 END_TEST
 
+/* The rule fw_topk promises, written the slow way: k passes, each taking
+ * the best entry not taken yet, the first one seen on a tie. */
+static int64_t topk_oracle(const double *s, const uint8_t *keep, int64_t n, int64_t k,
+                           int64_t *idx)
+{
+    uint8_t taken[64] = {0};
+    int64_t got = 0;
+    for (; got < k; got++) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < n; i++)
+            if ((!keep || keep[i]) && !taken[i] && (best < 0 || s[i] > s[best]))
+                best = i;
+        if (best < 0)
+            break;
+        taken[best] = 1;
+        idx[got] = best;
+    }
+    return got;
+}
+
+START_TEST(topk_against_passes)
+{
+    /* scores from a few values (many ties), some masked, -0.0 and +0.0,
+     * infinities, and a NaN in some rounds; every k from 1 to n + 1 */
+    const double vals[] = {0.5, -1.0, 2.0, 0.0, -0.0, 2.0, INFINITY, -INFINITY, 0.25};
+    uint64_t r = 12345;
+    for (int round = 0; round < 400; round++) {
+        const int64_t n = 1 + round % 40;
+        double s[64];
+        uint8_t keep[64];
+        for (int64_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            s[i] = vals[(r >> 33) % 9];
+            keep[i] = (r >> 20) % 5 != 0;
+        }
+        if (round % 7 == 3)
+            s[(r >> 40) % (uint64_t)n] = NAN;
+        for (int64_t k = 1; k <= n + 1; k++) {
+            int64_t a[65], b[65];
+            const uint8_t *kp = round % 2 ? keep : NULL;
+            const int64_t ga = fw_topk(s, kp, n, k, a), gb = topk_oracle(s, kp, n, k, b);
+            ck_assert_int_eq(ga, gb);
+            for (int64_t i = 0; i < ga; i++)
+                ck_assert_msg(a[i] == b[i], "round %d n %lld k %lld: position %lld is %lld, "
+                              "want %lld", round, (long long)n, (long long)k, (long long)i,
+                              (long long)a[i], (long long)b[i]);
+        }
+    }
+}
+END_TEST
+
 START_TEST(moe_softmax_norm_scale)
 {
     /* logits ln 1..4 -> probabilities 0.1 0.2 0.3 0.4; top 2: experts 3, 2 */
@@ -315,6 +367,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, rope_yarn_by_hand);
     tcase_add_test(tc, attention_by_hand);
     tcase_add_test(tc, topk_ties_and_mask);
+    tcase_add_test(tc, topk_against_passes);
     tcase_add_test(tc, moe_softmax_norm_scale);
     tcase_add_test(tc, moe_sigmoid_bias_groups);
     tcase_add_test(tc, f32_rounding);
