@@ -156,6 +156,11 @@ void fk_add_bias(float *y, const float *b, int64_t n_tok, int64_t width, int64_t
 
 /* ---- attention (fw_attn_head) ---- */
 
+/* One block per (token, head). A warp per key for the scores (lanes over
+ * the head's dimensions, coalesced; a fixed shuffle order), and for the
+ * output FK_THREADS / dv groups of dv threads, each over a contiguous run of
+ * keys, their partial sums added in group order: every thread busy and the
+ * same bits run after run. */
 __global__ static void k_attn(fk_attn_args a)
 {
     __shared__ double sh[FK_THREADS];
@@ -163,17 +168,22 @@ __global__ static void k_attn(fk_attn_args a)
     const int64_t nk = a.n_past + t + 1, nk_all = a.n_past + a.n_tok;
     const float *q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
     double *sc = a.scr + (int64_t)blockIdx.x * nk_all;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < nk; j += FK_THREADS) {
+    for (int64_t j = warp; j < nk; j += FK_THREADS / 32) {
         const float *k = a.k + j * a.k_pos_stride + g * a.k_head_stride;
         double d = 0;
-        for (int64_t i = 0; i < a.dk; i++)
+        for (int64_t i = lane; i < a.dk; i += 32)
             d += (double)q[i] * (double)k[i];
-        const double v = (double)(float)(d * a.scale);
-        sc[j] = v;
-        mx = v > mx ? v : mx;
+        for (int off = 16; off > 0; off >>= 1)
+            d += __shfl_down_sync(0xffffffffu, d, off);
+        if (lane == 0) {
+            const double v = (double)(float)(d * a.scale);
+            sc[j] = v;
+            mx = v > mx ? v : mx;
+        }
     }
-    mx = fk_block_max(mx, sh);
+    mx = fk_block_max(mx, sh); /* also a barrier: every score is written */
     double sum = 0;
     for (int64_t j = threadIdx.x; j < nk; j += FK_THREADS) {
         const double e = (double)(float)exp(sc[j] - mx);
@@ -185,11 +195,29 @@ __global__ static void k_attn(fk_attn_args a)
         sc[j] = (double)(float)(sc[j] / sum);
     __syncthreads();
     float *o = a.out + t * a.out_tok_stride + h * a.dv;
-    for (int64_t d = threadIdx.x; d < a.dv; d += FK_THREADS) {
-        double acc = 0;
-        for (int64_t j = 0; j < nk; j++)
-            acc += sc[j] * (double)a.v[j * a.v_pos_stride + g * a.v_head_stride + d];
-        o[d] = (float)acc;
+    const float *v = a.v + g * a.v_head_stride;
+    const int64_t ng = a.dv < FK_THREADS ? FK_THREADS / a.dv : 1;
+    if (ng == 1) {
+        for (int64_t d = threadIdx.x; d < a.dv; d += FK_THREADS) {
+            double acc = 0;
+            for (int64_t j = 0; j < nk; j++)
+                acc += sc[j] * (double)v[j * a.v_pos_stride + d];
+            o[d] = (float)acc;
+        }
+        return;
+    }
+    const int64_t grp = threadIdx.x / a.dv, d = threadIdx.x % a.dv;
+    double acc = 0;
+    if (grp < ng)
+        for (int64_t j = grp * nk / ng; j < (grp + 1) * nk / ng; j++)
+            acc += sc[j] * (double)v[j * a.v_pos_stride + d];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    if (grp == 0) {
+        double r = sh[d];
+        for (int64_t k = 1; k < ng; k++)
+            r += sh[k * a.dv + d];
+        o[d] = (float)r;
     }
 }
 

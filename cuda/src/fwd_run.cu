@@ -613,6 +613,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
                       *de = W(c, il, GGUF_ROLE_FFN_DOWN_EXPS), *gs = W(c, il, GGUF_ROLE_FFN_GATE_SHEXP),
                       *us = W(c, il, GGUF_ROLE_FFN_UP_SHEXP), *ds = W(c, il, GGUF_ROLE_FFN_DOWN_SHEXP);
     int rc = 0;
+    double t_route = 0;
     if (!logits || !ids || !wts || !scr || !cap || !start || !rq || !off_h) {
         rc = fw_nomem(err, "MoE");
         goto done;
@@ -647,6 +648,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         GC_GOTO(err, cudaStreamSynchronize(c->ks));
         c->xf.host_sync_seconds += fc_now() - t0;
     }
+    t_route = fc_now();
     for (int64_t i = 0; i < n * ne; i++)
         logits[i] = c->hlog[i];
     if (bt) {
@@ -658,11 +660,11 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         if ((rc = gguf_dequant_row(bt->type, bt->data, bias, bt->ne[0], err)))
             goto done;
     }
-    {
-        for (int64_t t = 0; t < n; t++)
-            fw_moe_route(&c->set.moe, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
-                         GGUF_FWD_F32);
-    }
+    /* one thread: spreading the 64 tokens of a batch over four cost more
+     * (thread start-up) than it saved, measured on the H200's host */
+    for (int64_t t = 0; t < n; t++)
+        fw_moe_route(&c->set.moe, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
+                     GGUF_FWD_F32);
     if (c->o.capture) {
         for (int64_t i = 0; i < n * nu; i++) {
             cap[i] = (float)ids[i];
@@ -679,7 +681,8 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
      * the slots follow each other and every expert is its own GEMM. Padding
      * wins unless it multiplies the rows: a GEMM launch costs the host about
      * what the GPU spends on 128 rows of these GEMMs. The pads' memory is
-     * bounded too: FC_PAD_BYTES at most, and what a --gpu-mem-limit leaves. */
+     * bounded too: FC_PAD_BYTES at most, and a quarter of what a
+     * --gpu-mem-limit leaves. */
     {
         /* tokens per expert, then where each expert's rows start */
         for (int64_t i = 0; i < n * nu; i++)
@@ -697,7 +700,9 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         if (c->mem_limit) {
             const uint64_t held = c->mem_fixed + c->mem_used + (uint64_t)(m + 1) * row_bytes;
             const uint64_t left = c->mem_limit > held ? c->mem_limit - held : 0;
-            room = left < room ? left : room;
+            /* a quarter of it: the pool's free blocks of other sizes count
+             * against the device too */
+            room = left / 4 < room ? left / 4 : room;
         }
         const bool padded =
             nx * P <= m + 128 * nx && (uint64_t)(nx * P - m) * row_bytes <= room;
@@ -766,6 +771,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         /* every routed row's input, expert by expert */
         fk_gather(xs, x, drows, rows_n, E, c->ks);
         c->st.experts_loaded += (uint64_t)nx;
+        c->xf.host_route_seconds += fc_now() - t_route;
         /* The routed experts of each tensor in one request: they travel packed
          * into few chunks, their GEMMs launched chunk by chunk. */
         fc_moe_arg ag = {c->blas, hg, nff, xs, E, E, padded ? P : 0, off_h, off_e, ntok};
@@ -963,6 +969,13 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
                 gguf_cuda_fwd_free(c);
                 return GGUF_E_NOMEM;
             }
+        }
+        if (c->mem_limit) {
+            /* under a cap the pool keeps no more than the cap leaves for
+             * activations: what fragmentation leaves reserved beyond that is
+             * given back at the next synchronization */
+            uint64_t keep = c->mem_limit - c->mem_fixed;
+            FC_INIT(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep));
         }
         int frc = fs_create(&c->fs, c->ks, cb, cf, nth, fo.drop_pages, err);
         if (!frc)

@@ -12,10 +12,12 @@
 #include "ggufkit_cuda/cuda_dequant.h"
 #include "ggufkit_cuda/host_copy.h"
 
-/* Three staging buffers: the gather of chunk j + 1 waits only for the copy of
- * chunk j - 2, so the copy engine always has a chunk queued when the host's
- * gather keeps up on average. The dequantized rows need one buffer: the
- * dequant and the callers' work run in order on the compute stream. */
+/* Three staging buffers, filled in turn (small chunks share one): a chunk
+ * that starts a buffer waits only for that buffer's last round, so the copy
+ * engine always has work queued when the host's gather keeps up on average,
+ * and runs up to two buffers' worth ahead of the GPU's work. The dequantized
+ * rows need one buffer: the dequant and the callers' work run in order on
+ * the compute stream. */
 #define FS_BUFFERS 3
 #define FS_MAX_REGIONS 64 /* registered files (parts of a split set) */
 
@@ -28,6 +30,11 @@ typedef struct fs_chunk {
     uint32_t type;
     size_t bytes;
     int64_t floats;
+    /* where it is staged: buffer b from byte off; fresh: the first chunk of
+     * this round in b, which must wait until b's last round is done */
+    int b;
+    size_t off;
+    bool fresh;
 } fs_chunk;
 
 struct fs_streamer {
@@ -41,7 +48,12 @@ struct fs_streamer {
     void *raw[FS_BUFFERS];
     float *wbuf;
     cudaEvent_t h2d_done[FS_BUFFERS], consumed[FS_BUFFERS];
-    uint64_t slot;
+    /* the staging cursor: buffer cur_b filled up to cur_off. Small chunks
+     * (norm weights, a layer's k and v) share a buffer, so that the copy
+     * engine can run as far ahead of the GPU's work as three buffers hold,
+     * not only three chunks. */
+    int cur_b;
+    size_t cur_off;
     double t_flushed; /* when the last chunk was handed to the GPU */
     /* the request's plan: its parts (and their sources), cut into chunks */
     fs_part *parts;
@@ -218,6 +230,26 @@ static int fs_open_chunk(fs_streamer *s, uint32_t type, gguf_error *err)
     return 0;
 }
 
+/* Staging places for the planned chunks: after the cursor in the current
+ * buffer when they fit, else from the start of the next one. Offsets are
+ * 256-byte aligned (the dequant kernels load words). */
+static void fs_place(fs_streamer *s)
+{
+    for (int j = 0; j < s->n_chunks; j++) {
+        fs_chunk *c = &s->chunks[j];
+        const size_t off = (s->cur_off + 255) & ~(size_t)255;
+        c->fresh = s->cur_off == 0 || off + c->bytes > s->chunk_bytes;
+        if (c->fresh) {
+            s->cur_b = s->cur_off == 0 ? s->cur_b : (s->cur_b + 1) % FS_BUFFERS;
+            c->off = 0;
+        } else {
+            c->off = off;
+        }
+        c->b = s->cur_b;
+        s->cur_off = c->off + c->bytes;
+    }
+}
+
 /* Cut the request into chunks: consecutive runs of one type packed up to the
  * chunk's size. When the copy engine is idle (after a sync, as for MoE
  * routing), nothing overlaps the gather of the first chunk: the chunks start
@@ -228,7 +260,7 @@ static int fs_plan(fs_streamer *s, const fs_rows *req, int64_t n, gguf_error *er
     s->n_chunks = 0;
     const size_t small = s->chunk_bytes / 16 > ((size_t)1 << 20) ? s->chunk_bytes / 16
                                                                    : s->chunk_bytes;
-    const int last = (int)((s->slot + FS_BUFFERS - 1) % FS_BUFFERS);
+    const int last = s->cur_b;
     /* idle: the last copy is over and the host did something else for a
      * while (when the host's gather is the slower stage the copy engine is
      * always idle when the next chunk starts, but without a gap) */
@@ -279,6 +311,7 @@ static int fs_plan(fs_streamer *s, const fs_rows *req, int64_t n, gguf_error *er
             r += fit;
         }
     }
+    fs_place(s);
     return 0;
 }
 
@@ -293,18 +326,19 @@ static void fs_drop(const fs_streamer *s, const void *p, size_t n)
         madvise((void *)pb, pe - pb, MADV_DONTNEED);
 }
 
-/* Start the gather of chunk j into its pinned buffer, once that buffer's
- * last copy to the GPU is over. */
+/* Start the gather of chunk j into its place in a pinned buffer, once that
+ * buffer's copies of the last round are over (a fresh chunk). */
 static int fs_gather(fs_streamer *s, int j, gguf_error *err)
 {
     const fs_chunk *c = &s->chunks[j];
-    const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
     if (c->direct)
         return 0;
     const double t0 = fs_now();
-    GC_TRY(err, cudaEventSynchronize(s->h2d_done[b]));
+    if (c->fresh)
+        GC_TRY(err, cudaEventSynchronize(s->h2d_done[c->b]));
     const double t1 = fs_now();
-    gguf_host_copy_gather_start(s->team, s->pinned[b], s->src + c->first, c->n);
+    gguf_host_copy_gather_start(s->team, (char *)s->pinned[c->b] + c->off, s->src + c->first,
+                                c->n);
     s->st.wait_seconds += t1 - t0;
     s->st.copy_seconds += fs_now() - t1;
     return 0;
@@ -315,16 +349,16 @@ static int fs_gather(fs_streamer *s, int j, gguf_error *err)
  * (one cudaMemcpyAsync each where the driver has no batches). The routed
  * experts of an MoE layer are dozens of parts a chunk: one call each cost
  * the host more time than the copy engine took to move them. */
-static int fs_copy_direct(fs_streamer *s, const fs_chunk *c, int b, gguf_error *err)
+static int fs_copy_direct(fs_streamer *s, const fs_chunk *c, gguf_error *err)
 {
     int n = 0;
-    size_t off = 0;
+    size_t off = c->off;
     for (int k = c->first; k < c->first + c->n; k++) {
         const uint8_t *src = (const uint8_t *)s->src[k].src;
         if (n && (const uint8_t *)s->bsrc[n - 1] + s->bsize[n - 1] == src) {
             s->bsize[n - 1] += s->src[k].n;
         } else {
-            s->bdst[n] = (char *)s->raw[b] + off;
+            s->bdst[n] = (char *)s->raw[c->b] + off;
             s->bsrc[n] = src;
             s->bsize[n] = s->src[k].n;
             n++;
@@ -354,19 +388,22 @@ static int fs_copy_direct(fs_streamer *s, const fs_chunk *c, int b, gguf_error *
 static int fs_run(fs_streamer *s, int j, fs_chunk_fn fn, void *arg, gguf_error *err)
 {
     const fs_chunk *c = &s->chunks[j];
-    const int b = (int)((s->slot + (uint64_t)j) % FS_BUFFERS);
+    const int b = c->b;
+    char *raw = (char *)s->raw[b] + c->off;
     double t0 = fs_now();
     if (!c->direct)
         gguf_host_copy_wait(s->team);
     s->st.copy_seconds += fs_now() - t0;
-    GC_TRY(err, cudaStreamWaitEvent(s->cs, s->consumed[b], 0));
+    /* a fresh chunk overwrites what the GPU read in the buffer's last round */
+    if (c->fresh)
+        GC_TRY(err, cudaStreamWaitEvent(s->cs, s->consumed[b], 0));
     if (c->direct) {
-        int rc = fs_copy_direct(s, c, b, err);
+        int rc = fs_copy_direct(s, c, err);
         if (rc)
             return rc;
     } else {
-        GC_TRY(err, cudaMemcpyAsync(s->raw[b], s->pinned[b], c->bytes, cudaMemcpyHostToDevice,
-                                    s->cs));
+        GC_TRY(err, cudaMemcpyAsync(raw, (char *)s->pinned[b] + c->off, c->bytes,
+                                    cudaMemcpyHostToDevice, s->cs));
     }
     GC_TRY(err, cudaEventRecord(s->h2d_done[b], s->cs));
     if (s->drop_pages && !c->direct)
@@ -377,7 +414,7 @@ static int fs_run(fs_streamer *s, int j, fs_chunk_fn fn, void *arg, gguf_error *
         return rc;
     t0 = fs_now();
     GC_TRY(err, cudaStreamWaitEvent(s->ks, s->h2d_done[b], 0));
-    rc = gguf_cuda_dequant(c->type, s->raw[b], s->wbuf, c->floats, (gguf_cuda_stream *)s->ks, err);
+    rc = gguf_cuda_dequant(c->type, raw, s->wbuf, c->floats, (gguf_cuda_stream *)s->ks, err);
     if (!rc)
         rc = fn(s->wbuf, s->parts + c->first, c->n, arg, err);
     /* recorded even after a failure: the buffer's next user must not wait
@@ -406,7 +443,6 @@ int fs_stream_chunks(fs_streamer *s, const fs_rows *req, int64_t n, fs_chunk_fn 
         rc = fs_run(s, j, fn, arg, err);
     /* nothing may still be copying into a pinned buffer after a failure */
     gguf_host_copy_wait(s->team);
-    s->slot += (uint64_t)s->n_chunks;
     return rc;
 }
 

@@ -7,16 +7,19 @@
  * A request lists runs of rows (of one or several tensors). It is first cut
  * into chunks: consecutive runs of one type packed up to the chunk's size, so
  * the routed experts of an MoE layer travel as a few large copies, not one
- * small copy per expert. Per chunk j (buffer b = j % 3):
+ * small copy per expert. Chunks are staged in three buffers in turn, after
+ * each other in a buffer while they fit (a norm weight does not take a whole
+ * buffer); a chunk that starts buffer b is "fresh". Per chunk j in buffer b:
  *
- *   host team:    wait h2d_done[b] (chunk j - 3's copy); gather the runs'
- *                 bytes from the mmap into pinned[b] (worker threads, with
- *                 non-temporal stores)
- *   host:         wait for the gather; copy stream: wait consumed[b];
- *                 pinned[b] -> raw[b]; record h2d_done[b]; start the gather
- *                 of chunk j + 1; compute stream: wait h2d_done[b];
- *                 dequantize raw[b] -> wbuf (one launch); the caller's
- *                 function per run; record consumed[b]
+ *   host team:    if fresh, wait h2d_done[b] (the buffer's last copy); gather
+ *                 the runs' bytes from the mmap into pinned[b] at the chunk's
+ *                 offset (worker threads, with non-temporal stores)
+ *   host:         wait for the gather; copy stream: if fresh, wait
+ *                 consumed[b]; pinned -> raw (a registered mapping: mmap ->
+ *                 raw, one batched copy); record h2d_done[b]; start the
+ *                 gather of chunk j + 1; compute stream: wait h2d_done[b];
+ *                 dequantize into wbuf (one launch); the caller's function
+ *                 for the chunk's parts; record consumed[b]
  *
  * so the workers gather one chunk while the copy engine moves another and
  * the GPU works on what arrived: transfers overlap compute across matmuls,

@@ -64,6 +64,7 @@ static int evals(const gguf_model *m, const gguf_cuda_fwd_opts *co, int64_t n, i
         xf[k].host_wait_seconds = x1.host_wait_seconds - x0.host_wait_seconds;
         xf[k].host_issue_seconds = x1.host_issue_seconds - x0.host_issue_seconds;
         xf[k].host_sync_seconds = x1.host_sync_seconds - x0.host_sync_seconds;
+        xf[k].host_route_seconds = x1.host_route_seconds - x0.host_route_seconds;
         s0 = s1;
         x0 = x1;
     }
@@ -133,14 +134,15 @@ int main(int argc, char **argv)
                               : 0;
         printf("model=%s arch=%s eval=%s tokens=%lld weight_bytes=%llu chunks=%llu "
                "experts_loaded=%llu seconds=%.3f stream_GBps=%.2f h2d_GBps=%.2f ratio=%.1f%% "
-               "host_copy_GBps=%.2f host_copy_s=%.3f wait_s=%.3f issue_s=%.3f sync_s=%.3f "
+               "host_copy_GBps=%.2f host_copy_s=%.3f wait_s=%.3f issue_s=%.3f sync_s=%.3f route_s=%.3f "
                "copy_threads=%d chunk_MiB=%zu device_MiB=%.0f model_MiB=%.0f direct_bytes=%llu "
                "registered_MiB=%.0f register_s=%.3f\n",
                argv[1], gguf_model_hparams(m)->arch_name, k ? "second" : "first", (long long)n,
                (unsigned long long)x->h2d_bytes, (unsigned long long)x->chunks,
                (unsigned long long)t->experts_loaded, t->seconds, rate / 1e9, h2d / 1e9,
                h2d > 0 ? 100.0 * rate / h2d : 0.0, hc / 1e9, x->host_copy_seconds,
-               x->host_wait_seconds, x->host_issue_seconds, x->host_sync_seconds, nth,
+               x->host_wait_seconds, x->host_issue_seconds, x->host_sync_seconds,
+               x->host_route_seconds, nth,
                co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64,
                (double)x->device_bytes / 1048576.0, (double)model_bytes / 1048576.0,
                (unsigned long long)direct,

@@ -100,6 +100,9 @@ typedef struct gguf_cuda_fwd_xfer {
     double host_sync_seconds; /* host time waiting for the GPU to finish (MoE
                                  routing needs the router logits; end of eval):
                                  the pipeline drains there */
+    double host_route_seconds; /* host time from the router logits' arrival to the
+                                  routed experts' first copy queued (routing,
+                                  row lists): the copy engine idles meanwhile */
     double stream_seconds;  /* wall time of evals spent streaming + computing */
     uint64_t device_bytes;  /* most device memory the context held, sampled after
                                every block (cudaMemGetInfo against the free memory
