@@ -675,7 +675,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
             goto done;
     }
     /* Rows of the routed experts, expert by expert (the CPU's order): slot j
-     * (the j-th routed expert) at rows [roff[j], roff[j] + ntok[j]). Padded,
+     * (the j-th routed expert) has ntok[j] rows from row off_e[j] / E. Padded,
      * every slot has P rows (the most tokens of any expert; the rest zeros),
      * so that a chunk's whole experts are one strided batched GEMM; packed,
      * the slots follow each other and every expert is its own GEMM. Padding
