@@ -64,6 +64,7 @@ struct gguf_cuda_fwd {
     gguf_fwd_stats st;
     gguf_cuda_fwd_xfer xf;
     uint64_t resident;
+    bool moe_pad; /* routed experts' rows may be padded (gguf_cuda_fwd_opts.moe_pad) */
     size_t free0; /* free device memory before the context allocated any */
     /* --gpu-mem-limit: what the context holds, counted by its own allocations */
     size_t mem_limit, mem_fixed; /* the cap; staging + cuBLAS workspace */
@@ -704,8 +705,8 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
              * against the device too */
             room = left / 4 < room ? left / 4 : room;
         }
-        const bool padded =
-            nx * P <= m + 128 * nx && (uint64_t)(nx * P - m) * row_bytes <= room;
+        const bool padded = c->moe_pad && nx * P <= m + 128 * nx &&
+                            (uint64_t)(nx * P - m) * row_bytes <= room;
         const int64_t rows_n = padded ? nx * P : m;
         /* one upload: layout row -> token (-1: a pad), then per token its
          * rows and weights in expert order (for the combine) */
@@ -877,7 +878,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     if (copts)
         co = *copts;
     if (co.device < 0 || co.n_copy_threads < 0 || co.n_copy_threads > 32 ||
-        co.host_register < -1 || co.host_register > 1)
+        co.host_register < -1 || co.host_register > 1 || co.moe_pad < -1 || co.moe_pad > 0)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda forward: bad options");
     gguf_cuda_fwd *c = (gguf_cuda_fwd *)calloc(1, sizeof *c);
     if (!c)
@@ -891,6 +892,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     c->hp = gguf_model_hparams(m);
     c->o = fo;
     c->device = co.device;
+    c->moe_pad = co.moe_pad >= 0;
     c->k_w = c->set.k_w;
     c->v_w = c->set.v_w;
     c->lc = (fc_cache *)calloc((size_t)(c->hp->n_layer > 0 ? c->hp->n_layer : 1), sizeof *c->lc);

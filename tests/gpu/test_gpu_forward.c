@@ -371,6 +371,25 @@ int main(void)
             failed++;
             goto next;
         }
+        /* the routed experts one GEMM each (no padded rows, no batched GEMM):
+         * the layout a large prompt falls back to */
+        if (gguf_model_hparams(m)->n_expert > 0) {
+            gguf_cuda_fwd_opts packed = {0};
+            packed.moe_pad = -1;
+            double worst_packed = 0;
+            caps_free(&gpu_small);
+            if ((rc = run(m, true, &packed, &gpu_small, &err))) {
+                printf("FAIL %s: GPU with unpadded experts: %s\n", variants[i].name,
+                       err.message);
+                failed++;
+                goto next;
+            }
+            if (compare(variants[i].name, &cpu, &gpu_small, &worst_packed)) {
+                printf("FAIL %s: (experts unpadded, one GEMM each)\n", variants[i].name);
+                failed++;
+                goto next;
+            }
+        }
         printf("ok   %-24s %3lld captures, worst relative L2 %.2e\n", variants[i].name,
                (long long)cpu.n, worst);
     next:

@@ -81,6 +81,11 @@ typedef struct gguf_cuda_fwd_opts {
                                cache, scratch) fails with GGUF_E_NOMEM naming what
                                did not fit; a cap below the staging and one token's
                                activations is refused at create */
+    int moe_pad;            /* the routed experts' rows: 0 auto (padded to the same count
+                               for one batched GEMM per chunk, when that adds at most
+                               128 rows an expert and 256 MiB), -1 never (one GEMM
+                               per expert): the two give the same answer within f32
+                               tolerance; tests run both */
 } gguf_cuda_fwd_opts;
 
 /* Transfer figures of a context, summed over its evals. */
