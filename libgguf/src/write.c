@@ -648,11 +648,14 @@ static uint64_t head_chunk(const gguf_writer *w, uint64_t off, uint64_t chunk)
  * headers) costs a kernel copy 15-40% more than an aligned one on Linux
  * 6.18 ext4 (every source page straddles two destination pages). On a local
  * file system such copies go through pread into our buffer and pwrite in
- * pieces that end at the destination's 2 MiB boundaries: measured on the
- * 16-core device machine, 1 GiB with its fsync, median of 5: 1.03 s against
- * 1.18 s shifted and 1.00 s aligned through copy_file_range (docs/benchmarks.md).
+ * pieces that end at the destination's 256 KiB boundaries. Measured, 1 GiB
+ * with its fsync: on the 16-core device machine (median of 5) 1.03 s in
+ * 2 MiB pieces against 1.18 s shifted and 1.00 s aligned through
+ * copy_file_range; on a 2-core VM that hands freed memory back to its host,
+ * 2 MiB writes made the page cache take large folios the host had to fault
+ * in again (4.1-4.6 s), 256 KiB ones did not (2.5 s; docs/benchmarks.md).
  */
-#define SHIFT_PIECE (2ull << 20)
+#define SHIFT_PIECE (256ull << 10)
 
 /* Copy [off, off+n) of fd to the output at w->out_pos, in the kernel where possible. */
 static int copy_range(gguf_writer *w, int fd, uint64_t off, uint64_t n, gguf_error *err)

@@ -18,12 +18,18 @@
 # needed; skipped with a message otherwise); then --verify, paired against a plain merge.
 # With OLD_MERGE=PATH (another build's gguf-merge), also this build's default merge against
 # that one, paired, on WORK_DIR's file system.
+# With SETTLE=SECONDS, each timed command starts that long after the previous output was
+# removed (default 0). On a virtual machine that hands freed memory back to its host (free
+# page reporting, as Firecracker guests do) how long ago that was decides how fast new
+# page-cache pages come, and the pairs split into fast and slow ones; SETTLE=10 puts every
+# command in the same (cold) state. See docs/benchmarks.md, "merge".
 # Needs bash, python3 (the fixture), coreutils and awk: nothing else (no bc).
 set -euo pipefail
 B=$(cd "${1:?usage: bench_merge.sh BUILD_DIR [WORK_DIR] [GIB] [PAIRS]}" && pwd)
 W=${2:-$B/bench-work}
 GIB=${3:-1}
 PAIRS=${4:-7}
+SETTLE=${SETTLE:-0}
 M=$B/tools/gguf-merge
 FX=$(cd "$(dirname "$0")/../integration" && pwd)/merge_fixture.py
 if [ ! -x "$M" ]; then
@@ -91,6 +97,7 @@ one() {
     local d=$1 what=$2 before after t
     shift 2
     reset "$d"
+    [ "$SETTLE" = 0 ] || sleep "$SETTLE"
     before=$(free_bytes "$d")
     t=$(time_ns "run_$what" "$d" "$@")
     after=$(free_bytes "$d")
@@ -178,7 +185,7 @@ old_pairs() {
         '  %-34s median %.2fx  (min %.2fx, max %.2fx, %d pairs)\n' "${ratios[@]}"
 }
 
-echo "bench_merge: $(nproc) cores, $(uname -r), set of $GIB GiB in 4 parts, $PAIRS pairs each, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "bench_merge: $(nproc) cores, $(uname -r), set of $GIB GiB in 4 parts, $PAIRS pairs each, settle ${SETTLE} s, $(date -u '+%Y-%m-%d %H:%M UTC')"
 fs1=$(df --output=fstype "$W" | tail -1)
 d=$W/ext
 rm -rf "$d" && mkdir -p "$d"
