@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 
 extern "C" {
 #include "forward_setup.h"
+#include "forward_stream.h"
 #include "gguf/dequant.h"
 }
 #include "fwd_block.h"
@@ -59,6 +61,7 @@ struct gguf_cuda_fwd {
     fs_streamer *fs;
     float *hlog;        /* pinned: router logits come back without blocking the host */
     size_t hlog_n;
+    fw_pool *route_pool; /* host threads routing a batch's tokens (NULL: the caller) */
     fc_cache *lc;
     int64_t cap, k_w, v_w, n_past;
     gguf_fwd_stats st;
@@ -590,6 +593,67 @@ static fs_rows fc_rows(const gguf_tensor *t, int64_t row0, int64_t n_rows)
     return r;
 }
 
+/* An MoE layer's routing on the host, token runs spread over the route pool.
+ * The job is handed to the pool before the router logits are there: part 0
+ * (the calling thread) waits for the GPU and then raises `ready`, the other
+ * parts spin until it is raised. So the workers wake while the GPU still
+ * computes the attention and the router, and the wake-up is off the layer's
+ * critical path (from the logits' arrival to the experts' first copy the
+ * copy engine idles). Each token is routed by fw_moe_route alone: the same
+ * bits on any number of threads. */
+typedef struct fc_route_job {
+    gguf_cuda_fwd *c;
+    const fw_moe_cfg *cfg;
+    double *logits;     /* n x ne, filled from c->hlog */
+    const float *bias;
+    int64_t *ids;
+    double *wts, *scr; /* scr: scr_n doubles per part */
+    int64_t n, ne, nu, scr_n;
+    int ready;          /* 0 waiting, 1 the logits are there, -1 the wait failed */
+    cudaError_t e;
+    double t_ready;     /* when they arrived */
+} fc_route_job;
+
+static void fc_spin(int i)
+{
+    if (i % 64 == 63) {
+        sched_yield(); /* more threads than free cores must still progress */
+        return;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void fc_route_part(void *arg, int part, int n_parts)
+{
+    fc_route_job *j = (fc_route_job *)arg;
+    if (part == 0) {
+        const double t0 = fc_now();
+        j->e = cudaStreamSynchronize(j->c->ks);
+        j->t_ready = fc_now();
+        j->c->xf.host_sync_seconds += j->t_ready - t0;
+        __atomic_store_n(&j->ready, j->e == cudaSuccess ? 1 : -1, __ATOMIC_RELEASE);
+    } else {
+        for (int i = 0; !__atomic_load_n(&j->ready, __ATOMIC_ACQUIRE); i++)
+            fc_spin(i);
+    }
+    if (__atomic_load_n(&j->ready, __ATOMIC_ACQUIRE) < 0)
+        return;
+    const int64_t ne = j->ne, nu = j->nu;
+    double *scr = j->scr + part * j->scr_n;
+    for (int64_t t = j->n * part / n_parts; t < j->n * (part + 1) / n_parts; t++) {
+        for (int64_t e = 0; e < ne; e++)
+            j->logits[t * ne + e] = j->c->hlog[t * ne + e];
+        fw_moe_route(j->cfg, j->logits + t * ne, j->bias, j->ids + t * nu, j->wts + t * nu, scr,
+                     GGUF_FWD_F32);
+    }
+}
+
+/* The least tokens a routing part takes (one token is ~3 us of routing on
+ * one core; the workers are already awake when the logits arrive). */
+#define FC_ROUTE_TOKENS 4
+
 static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, float *out,
                    gguf_error *err)
 {
@@ -600,7 +664,11 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
     double *logits = (double *)malloc((size_t)(n * ne) * sizeof(double) + 1);
     int64_t *ids = (int64_t *)malloc((size_t)(n * nu) * sizeof(int64_t) + 1);
     double *wts = (double *)malloc((size_t)(n * nu) * sizeof(double) + 1);
-    double *scr = (double *)malloc((size_t)(2 * ne + hp->n_group + 2) * sizeof(double));
+    const int64_t scr_n = 2 * ne + hp->n_group + 2;
+    int n_parts = n > 0 ? (int)((n + FC_ROUTE_TOKENS - 1) / FC_ROUTE_TOKENS) : 1;
+    if (n_parts > fw_pool_threads(c->route_pool))
+        n_parts = fw_pool_threads(c->route_pool);
+    double *scr = (double *)malloc((size_t)(n_parts * scr_n) * sizeof(double));
     float *cap = (float *)malloc((size_t)(n * nu) * sizeof(float) * 2 + 1);
     int64_t *start = (int64_t *)calloc((size_t)(ne + 1), sizeof(int64_t));
     fs_rows *rq = (fs_rows *)malloc((size_t)(3 * ne + 1) * sizeof(fs_rows));
@@ -644,15 +712,7 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         ((rc = fc_alloc(c, &ysh, (size_t)(n * E) * sizeof(float), err)) ||
          (rc = ffn_swiglu(c, gs, us, ds, 0, 0, gs->ne[1], x, n, ysh, err))))
         goto done;
-    {
-        const double t0 = fc_now();
-        GC_GOTO(err, cudaStreamSynchronize(c->ks));
-        c->xf.host_sync_seconds += fc_now() - t0;
-    }
-    t_route = fc_now();
-    for (int64_t i = 0; i < n * ne; i++)
-        logits[i] = c->hlog[i];
-    if (bt) {
+    if (bt) { /* the selection bias is on the host: ready before the logits are */
         bias = (float *)malloc((size_t)bt->ne[0] * sizeof(float) + 1);
         if (!bias) {
             rc = fw_nomem(err, "MoE bias");
@@ -661,11 +721,16 @@ static int ffn_moe(gguf_cuda_fwd *c, int64_t il, const float *x, int64_t n, floa
         if ((rc = gguf_dequant_row(bt->type, bt->data, bias, bt->ne[0], err)))
             goto done;
     }
-    /* one thread: spreading the 64 tokens of a batch over four cost more
-     * (thread start-up) than it saved, measured on the H200's host */
-    for (int64_t t = 0; t < n; t++)
-        fw_moe_route(&c->set.moe, logits + t * ne, bias, ids + t * nu, wts + t * nu, scr,
-                     GGUF_FWD_F32);
+    {
+        fc_route_job rj = {c, &c->set.moe, logits, bias, ids, wts, scr, n, ne, nu, scr_n, 0,
+                           cudaSuccess, 0};
+        fw_pool_run(c->route_pool, n_parts, fc_route_part, &rj);
+        if (rj.e != cudaSuccess) {
+            rc = gguf_cuda_fail(err, rj.e, "cudaStreamSynchronize (the router logits)");
+            goto done;
+        }
+        t_route = rj.t_ready;
+    }
     if (c->o.capture) {
         for (int64_t i = 0; i < n * nu; i++) {
             cap[i] = (float)ids[i];
@@ -878,7 +943,8 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     if (copts)
         co = *copts;
     if (co.device < 0 || co.n_copy_threads < 0 || co.n_copy_threads > 32 ||
-        co.host_register < -1 || co.host_register > 1 || co.moe_pad < -1 || co.moe_pad > 0)
+        co.host_register < -1 || co.host_register > 1 || co.moe_pad < -1 || co.moe_pad > 0 ||
+        co.n_route_threads < 0 || co.n_route_threads > 64)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "cuda forward: bad options");
     gguf_cuda_fwd *c = (gguf_cuda_fwd *)calloc(1, sizeof *c);
     if (!c)
@@ -995,6 +1061,18 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
             return brc;
         }
     }
+    if (c->hp->n_expert > 0) {
+        /* routing a 64-token batch over 128 experts is ~0.2 ms on one core,
+         * all of it time the copy engine idles: 8 threads take most of it */
+        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        const int nrt = co.n_route_threads ? co.n_route_threads
+                                           : (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
+        int prc = nrt > 1 ? fw_pool_create(&c->route_pool, nrt, err) : 0;
+        if (prc) {
+            gguf_cuda_fwd_free(c);
+            return prc;
+        }
+    }
     /* the two dequantized chunks are always there */
     c->resident = fs_resident_bytes(c->fs);
     c->st.peak_weight_bytes = c->resident;
@@ -1020,6 +1098,7 @@ void gguf_cuda_fwd_free(gguf_cuda_fwd *c)
     if (c->hlog)
         cudaFreeHost(c->hlog);
     fs_free(c->fs);
+    fw_pool_free(c->route_pool);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->ks)

@@ -389,6 +389,22 @@ int main(void)
                 failed++;
                 goto next;
             }
+            /* routing on the calling thread alone (the default spreads the
+             * prompt's tokens over the route threads): the same bits */
+            gguf_cuda_fwd_opts one = {0};
+            one.n_route_threads = 1;
+            caps_free(&gpu_small);
+            if ((rc = run(m, true, &one, &gpu_small, &err))) {
+                printf("FAIL %s: GPU routing on one thread: %s\n", variants[i].name, err.message);
+                failed++;
+                goto next;
+            }
+            if (!identical(&gpu, &gpu_small)) {
+                printf("FAIL %s: routing on one thread and on several differ\n",
+                       variants[i].name);
+                failed++;
+                goto next;
+            }
         }
         printf("ok   %-24s %3lld captures, worst relative L2 %.2e\n", variants[i].name,
                (long long)cpu.n, worst);

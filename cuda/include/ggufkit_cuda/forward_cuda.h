@@ -86,6 +86,10 @@ typedef struct gguf_cuda_fwd_opts {
                                128 rows an expert and 256 MiB), -1 never (one GEMM
                                per expert): the two give the same answer within f32
                                tolerance; tests run both */
+    int n_route_threads;    /* host threads routing an MoE layer's tokens (softmax or
+                               sigmoid and top-k of each token, the CPU's code and
+                               bits): 0 auto (the online CPUs, at most 8), 1 the
+                               calling thread only; at most 64 */
 } gguf_cuda_fwd_opts;
 
 /* Transfer figures of a context, summed over its evals. */
