@@ -156,31 +156,69 @@ void fk_add_bias(float *y, const float *b, int64_t n_tok, int64_t width, int64_t
 
 /* ---- attention (fw_attn_head) ---- */
 
+#define FK_ATTN_KEYS 4 /* keys a warp scores at once: their loads in flight together */
+#define FK_ATTN_QREG 8 /* q held in registers up to 8 x 32 dimensions */
+#define FK_ATTN_PV 8   /* values a thread loads before adding them in order */
+#define FK_ATTN_SMEM ((size_t)40 << 10) /* scores in shared memory up to this */
+
 /* One block per (token, head). A warp per key for the scores (lanes over
  * the head's dimensions, coalesced; a fixed shuffle order), and for the
  * output FK_THREADS / dv groups of dv threads, each over a contiguous run of
  * keys, their partial sums added in group order: every thread busy and the
- * same bits run after run. */
-__global__ static void k_attn(fk_attn_args a)
+ * same bits run after run. The work is a few dozen dependent loads per
+ * thread, so the loads are issued in batches (FK_ATTN_KEYS keys, FK_ATTN_PV
+ * values) before their sums, which keep their order; the scores stay in
+ * shared memory when they fit. */
+__global__ static void k_attn(fk_attn_args a, int scores_shared)
 {
     __shared__ double sh[FK_THREADS];
+    extern __shared__ double fk_scores[];
     const int64_t t = blockIdx.x / a.nh, h = blockIdx.x % a.nh, g = h * a.nkv / a.nh;
     const int64_t nk = a.n_past + t + 1, nk_all = a.n_past + a.n_tok;
     const float *q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
-    double *sc = a.scr + (int64_t)blockIdx.x * nk_all;
+    double *sc = scores_shared ? fk_scores : a.scr + (int64_t)blockIdx.x * nk_all;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int W = FK_THREADS / 32;
+    const bool qreg = a.dk <= 32 * FK_ATTN_QREG;
+    double qr[FK_ATTN_QREG];
+#pragma unroll
+    for (int r = 0; r < FK_ATTN_QREG; r++)
+        qr[r] = qreg && lane + 32 * r < a.dk ? (double)q[lane + 32 * r] : 0.0;
     double mx = -INFINITY;
-    for (int64_t j = warp; j < nk; j += FK_THREADS / 32) {
-        const float *k = a.k + j * a.k_pos_stride + g * a.k_head_stride;
-        double d = 0;
-        for (int64_t i = lane; i < a.dk; i += 32)
-            d += (double)q[i] * (double)k[i];
-        for (int off = 16; off > 0; off >>= 1)
-            d += __shfl_down_sync(0xffffffffu, d, off);
+    for (int64_t j0 = warp; j0 < nk; j0 += (int64_t)W * FK_ATTN_KEYS) {
+        double d[FK_ATTN_KEYS];
+#pragma unroll
+        for (int u = 0; u < FK_ATTN_KEYS; u++) {
+            const int64_t j = j0 + (int64_t)u * W;
+            d[u] = 0;
+            if (j >= nk) /* the same for every lane of the warp */
+                continue;
+            const float *k = a.k + j * a.k_pos_stride + g * a.k_head_stride;
+            if (qreg) {
+#pragma unroll
+                for (int r = 0; r < FK_ATTN_QREG; r++)
+                    if (lane + 32 * r < a.dk)
+                        d[u] += qr[r] * (double)k[lane + 32 * r];
+            } else {
+                for (int64_t i = lane; i < a.dk; i += 32)
+                    d[u] += (double)q[i] * (double)k[i];
+            }
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+            for (int u = 0; u < FK_ATTN_KEYS; u++)
+                d[u] += __shfl_down_sync(0xffffffffu, d[u], off);
+        }
         if (lane == 0) {
-            const double v = (double)(float)(d * a.scale);
-            sc[j] = v;
-            mx = v > mx ? v : mx;
+#pragma unroll
+            for (int u = 0; u < FK_ATTN_KEYS; u++) {
+                const int64_t j = j0 + (int64_t)u * W;
+                if (j < nk) {
+                    const double v = (double)(float)(d[u] * a.scale);
+                    sc[j] = v;
+                    mx = v > mx ? v : mx;
+                }
+            }
         }
     }
     mx = fk_block_max(mx, sh); /* also a barrier: every score is written */
@@ -196,22 +234,35 @@ __global__ static void k_attn(fk_attn_args a)
     __syncthreads();
     float *o = a.out + t * a.out_tok_stride + h * a.dv;
     const float *v = a.v + g * a.v_head_stride;
+    const int64_t vs = a.v_pos_stride;
     const int64_t ng = a.dv < FK_THREADS ? FK_THREADS / a.dv : 1;
-    if (ng == 1) {
-        for (int64_t d = threadIdx.x; d < a.dv; d += FK_THREADS) {
-            double acc = 0;
-            for (int64_t j = 0; j < nk; j++)
-                acc += sc[j] * (double)v[j * a.v_pos_stride + d];
-            o[d] = (float)acc;
+    /* sum over keys [j0, j1) of column d, in key order */
+    auto pv = [&](int64_t d, int64_t j0, int64_t j1) {
+        double acc = 0;
+        int64_t j = j0;
+        for (; j + FK_ATTN_PV <= j1; j += FK_ATTN_PV) {
+            double s8[FK_ATTN_PV];
+            float v8[FK_ATTN_PV];
+#pragma unroll
+            for (int u = 0; u < FK_ATTN_PV; u++) {
+                s8[u] = sc[j + u];
+                v8[u] = v[(j + u) * vs + d];
+            }
+#pragma unroll
+            for (int u = 0; u < FK_ATTN_PV; u++)
+                acc += s8[u] * (double)v8[u];
         }
+        for (; j < j1; j++)
+            acc += sc[j] * (double)v[j * vs + d];
+        return acc;
+    };
+    if (ng == 1) {
+        for (int64_t d = threadIdx.x; d < a.dv; d += FK_THREADS)
+            o[d] = (float)pv(d, 0, nk);
         return;
     }
     const int64_t grp = threadIdx.x / a.dv, d = threadIdx.x % a.dv;
-    double acc = 0;
-    if (grp < ng)
-        for (int64_t j = grp * nk / ng; j < (grp + 1) * nk / ng; j++)
-            acc += sc[j] * (double)v[j * a.v_pos_stride + d];
-    sh[threadIdx.x] = acc;
+    sh[threadIdx.x] = grp < ng ? pv(d, grp * nk / ng, (grp + 1) * nk / ng) : 0.0;
     __syncthreads();
     if (grp == 0) {
         double r = sh[d];
@@ -223,8 +274,11 @@ __global__ static void k_attn(fk_attn_args a)
 
 void fk_attn(const fk_attn_args *a, cudaStream_t s)
 {
-    if (a->n_tok * a->nh > 0)
-        k_attn<<<(unsigned)(a->n_tok * a->nh), FK_THREADS, 0, s>>>(*a);
+    if (a->n_tok * a->nh <= 0)
+        return;
+    const size_t bytes = (size_t)(a->n_past + a->n_tok) * sizeof(double);
+    const bool in_shared = bytes <= FK_ATTN_SMEM;
+    k_attn<<<(unsigned)(a->n_tok * a->nh), FK_THREADS, in_shared ? bytes : 0, s>>>(*a, in_shared);
 }
 
 /* ---- MoE ---- */
