@@ -1121,14 +1121,13 @@ template <int T> GC_DEV ctx make_ctx(const uint8_t *end)
  * prefetch that takes no register and no wait hides most of that latency;
  * plain types, Q8_1 and Q8_K read enough bytes per element that the extra
  * requests cost more than they hide. 4 units with 64 registers is faster
- * for most types, 2 units with 51 registers for Q5_K, TQ1_0 and IQ3_S.
+ * for most types, 2 units with 51 registers for Q5_K and IQ3_S.
  * All measured (docs/benchmarks.md, "CUDA dequantization"). */
 template <int T> struct tune {
 #ifdef GC_UNROLL
     static constexpr int UNROLL = GC_UNROLL, MIN_BLOCKS = GC_MIN_BLOCKS;
 #else
-    static constexpr bool two = T == GGUF_TYPE_Q5_K || T == GGUF_TYPE_TQ1_0 ||
-                                T == GGUF_TYPE_IQ3_S;
+    static constexpr bool two = T == GGUF_TYPE_Q5_K || T == GGUF_TYPE_IQ3_S;
     static constexpr int UNROLL = two ? 2 : 4, MIN_BLOCKS = two ? 5 : 4;
 #endif
 #ifdef GC_PREFETCH
