@@ -3,11 +3,11 @@
  * into the GPU during an eval, against the host-to-device bandwidth from
  * pinned memory measured in the same run (target: at least 70%).
  *
- *   bench_cuda_forward MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB [REGISTER [ROUTE_THREADS]]]]]
+ *   bench_cuda_forward MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB [REGISTER [ROUTE_THREADS [MOE_PAD]]]]]]
  *
  * REGISTER: the host_register option (0 auto, 1 always, -1 never: gather
  * every chunk into pinned staging). ROUTE_THREADS: n_route_threads (0 auto,
- * 1 the calling thread).
+ * 1 the calling thread). MOE_PAD: moe_pad (0 auto, -1 one GEMM per expert).
  *
  * One warm-up eval (the file's pages come into the page cache), then two
  * timed evals of N_TOKENS (default 64) each in a fresh context: the first
@@ -78,7 +78,8 @@ static int evals(const gguf_model *m, const gguf_cuda_fwd_opts *co, int64_t n, i
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB [REGISTER [ROUTE_THREADS]]]]]\n",
+        fprintf(stderr, "usage: %s MODEL.gguf [N_TOKENS [COPY_THREADS [CHUNK_MIB [REGISTER [ROUTE_THREADS "
+                "[MOE_PAD]]]]]]\n",
                 argv[0]);
         return 2;
     }
@@ -94,6 +95,7 @@ int main(int argc, char **argv)
     co.chunk_bytes = argc > 4 ? (size_t)atoll(argv[4]) << 20 : 0;
     co.host_register = argc > 5 ? atoi(argv[5]) : 0;
     co.n_route_threads = argc > 6 ? atoi(argv[6]) : 0;
+    co.moe_pad = argc > 7 ? atoi(argv[7]) : 0;
     gguf_set *set = NULL;
     gguf_model *m = NULL;
     int rc = gguf_set_open(&set, argv[1], NULL, &err);
@@ -137,14 +139,14 @@ int main(int argc, char **argv)
         printf("model=%s arch=%s eval=%s tokens=%lld weight_bytes=%llu chunks=%llu "
                "experts_loaded=%llu seconds=%.3f stream_GBps=%.2f h2d_GBps=%.2f ratio=%.1f%% "
                "host_copy_GBps=%.2f host_copy_s=%.3f wait_s=%.3f issue_s=%.3f sync_s=%.3f route_s=%.3f "
-               "copy_threads=%d route_threads=%d chunk_MiB=%zu device_MiB=%.0f model_MiB=%.0f direct_bytes=%llu "
+               "copy_threads=%d route_threads=%d moe_pad=%d chunk_MiB=%zu device_MiB=%.0f model_MiB=%.0f direct_bytes=%llu "
                "registered_MiB=%.0f register_s=%.3f\n",
                argv[1], gguf_model_hparams(m)->arch_name, k ? "second" : "first", (long long)n,
                (unsigned long long)x->h2d_bytes, (unsigned long long)x->chunks,
                (unsigned long long)t->experts_loaded, t->seconds, rate / 1e9, h2d / 1e9,
                h2d > 0 ? 100.0 * rate / h2d : 0.0, hc / 1e9, x->host_copy_seconds,
                x->host_wait_seconds, x->host_issue_seconds, x->host_sync_seconds,
-               x->host_route_seconds, nth, co.n_route_threads,
+               x->host_route_seconds, nth, co.n_route_threads, co.moe_pad,
                co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64,
                (double)x->device_bytes / 1048576.0, (double)model_bytes / 1048576.0,
                (unsigned long long)direct,
