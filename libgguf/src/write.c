@@ -27,6 +27,7 @@
 #define WBUF_SIZE (4u << 20)
 #define COPY_CHUNK (256ull << 20) /* a multiple of every block size we align to */
 #define HOLE_MIN 4096u            /* gaps at least this long are left as holes */
+#define WRITEBACK_STEP (32ull << 20) /* written bytes handed to the disk early, at a time */
 
 typedef struct wtensor {
     char *name;
@@ -62,6 +63,7 @@ struct gguf_writer {
     bool header_done;
     uint64_t header_size, data_offset;
     uint64_t out_pos;    /* next byte of the file to write */
+    uint64_t wb_pos;     /* bytes before this are handed to writeback already */
     uint64_t cur, cur_done; /* tensor being written, bytes of it written */
     uint8_t *buf;
     uint64_t buf_n, buf_pos; /* buffered bytes start at file offset buf_pos */
@@ -466,6 +468,23 @@ static int check_cancel(gguf_writer *w, gguf_error *err)
     return GGUF_OK;
 }
 
+/*
+ * Start the disk writing what was written up to `end`, every WRITEBACK_STEP
+ * bytes (sync_file_range, which does not wait): the final fsync then waits
+ * only for the last step, and the disk works while we copy instead of
+ * after. Without it the whole output stays dirty in the page cache until
+ * the commit's fsync, which then writes it all while nothing else happens.
+ * Not with no_sync (the caller does not want the disk waited for at all).
+ */
+static void writeback_to(gguf_writer *w, uint64_t end)
+{
+    if (w->opts.no_sync || end < w->wb_pos + WRITEBACK_STEP)
+        return;
+    (void)sync_file_range(w->fd, (off_t)w->wb_pos, (off_t)(end - w->wb_pos),
+                          SYNC_FILE_RANGE_WRITE);
+    w->wb_pos = end;
+}
+
 static int flush_buf(gguf_writer *w, gguf_error *err)
 {
     uint64_t done = 0;
@@ -484,6 +503,7 @@ static int flush_buf(gguf_writer *w, gguf_error *err)
     }
     w->buf_pos += w->buf_n;
     w->buf_n = 0;
+    writeback_to(w, w->buf_pos);
     return GGUF_OK;
 }
 
@@ -675,6 +695,7 @@ static int copy_range(gguf_writer *w, int fd, uint64_t off, uint64_t n, gguf_err
                 off += (uint64_t)k;
                 w->out_pos += (uint64_t)k;
                 n -= (uint64_t)k;
+                writeback_to(w, w->out_pos);
                 continue;
             }
             if (k == 0)
