@@ -20,6 +20,9 @@ trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"' EXIT
 
 # start MODEL [OPTIONS...]: a server on a free port; sets URL and PID.
 start() {
+    # Emptied first: the child opens srv.out after the fork, and until then the file
+    # still names the previous server's port (a stale URL, then curl refused).
+    : >"$T/srv.out"
     "$R" serve --port 0 "${@:2}" "$1" >"$T/srv.out" 2>"$T/srv.err" &
     PID=$!
     URL=
@@ -38,7 +41,7 @@ start() {
 # stop [SIGNAL]: the server exits 0 and says it shut down.
 stop() {
     local sig=${1:-TERM} rc=0
-    kill "-$sig" "$PID"
+    kill "-$sig" "$PID" 2>/dev/null || true
     wait "$PID" || rc=$?
     PID=
     if [ "$rc" -eq 0 ] && grep -q "SIG$sig: shutting down" "$T/srv.err"; then pass; else
@@ -52,9 +55,10 @@ req() {
     shift 4
     if [ -n "$body" ]; then
         got=$(curl -s -o "$T/body" -w '%{http_code}' -X "$method" "$URL$path" \
-              -H 'Content-Type: application/json' --data-binary "$body" "$@")
+              -H 'Content-Type: application/json' --data-binary "$body" "$@") || got="curl exit $?"
     else
-        got=$(curl -s -o "$T/body" -w '%{http_code}' -X "$method" "$URL$path" "$@")
+        got=$(curl -s -o "$T/body" -w '%{http_code}' -X "$method" "$URL$path" "$@") ||
+            got="curl exit $?"
     fi
     if [ "$got" = "$want" ]; then pass; else
         fail "$method $path ${body:0:80}: status $got, wanted $want: $(head -c 300 "$T/body")"
