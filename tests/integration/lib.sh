@@ -5,6 +5,13 @@ GEN=${GGUFKIT_GEN:-$GGUFKIT_BUILD/testdata/gguf-gen}
 SHARED=${GGUFKIT_SHARED:-}
 T=$(mktemp -d "${TMPDIR:-/tmp}/ggufkit-it-XXXXXX")
 trap 'rm -rf "$T"' EXIT
+# A command that ends the test through set -e says so (a bare failing command,
+# a failed $(...) assignment, in a function too): never an exit without a word.
+# Only the test's own shell reports: inside $(...) set -e is off and a failing
+# command there ends nothing.
+set -E
+trap '_err=(${BASH_SOURCE[0]##*/}:$LINENO $?); [ "$BASHPID" != "$$" ] ||
+echo "FAIL: ${_err[0]}: exit ${_err[1]}: $BASH_COMMAND" >&2' ERR
 fails=0
 passes=0
 
