@@ -21,15 +21,24 @@ LS=${LS:-$(command -v llama-server || true)}
 LP=${LP:-$(command -v llama-perplexity || true)}
 [ -x "$LS" ] && [ -x "$LP" ] || skip "no llama-server/llama-perplexity (set GGUFKIT_LLAMA_BIN)"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$LS" -m "$M" --host 127.0.0.1 --port "$port" --threads 1 -c 512 --no-webui >"$T/ls.log" 2>&1 &
+# --port 0: the server takes a free port itself and names it (no port picked here that
+# another test could take first)
+"$LS" -m "$M" --host 127.0.0.1 --port 0 --threads 1 -c 512 --no-webui >"$T/ls.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -rf "$T"' EXIT
-for _ in $(seq 150); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+U=
+deadline=$((SECONDS + 60))
+while [ -z "$U" ] && [ $SECONDS -lt $deadline ] && kill -0 $pid 2>/dev/null; do
+    U=$(sed -n 's/.*server is listening on //p' "$T/ls.log" | tr -d '\r')
+    [ -n "$U" ] || sleep 0.2
+done
+[ -n "$U" ] || { fail "llama-server did not say where it listens: $(tail -c 400 "$T/ls.log")"; finish; exit 1; }
+ready=0
+while [ $SECONDS -lt $deadline ]; do
+    curl -sf "$U/health" >/dev/null 2>&1 && { ready=1; break; }
     sleep 0.2
 done
-U=http://127.0.0.1:$port
+[ $ready = 1 ] || { fail "llama-server at $U is not healthy after 60 s"; finish; exit 1; }
 expect 0 "$R" check-engine "$M" --url "$U" --prompt "Once upon a time, there was a little girl" -n 16 --json
 python3 -c "
 import json

@@ -541,14 +541,15 @@ int refwd_serve_main(int argc, char **argv)
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     const unsigned port = info ? info->port : a.port;
-    printf("listening on http://%s%s%s:%u\n", v6 ? "[" : "", a.host, v6 ? "]" : "", port);
-    fflush(stdout);
+    /* The ready line comes last: whoever waits for it finds the rest written. */
     if (cli_verbosity > 0) {
         fprintf(stderr, "%s: serving %s as '%s' (%s, vocab %lld, %s%s%s), tokenizer: %s\n",
                 spec.tool, a.model, so.model_name, hp->arch_name, (long long)hp->n_vocab,
                 plan ? "virtual tp" : "reference", plan && a.inject ? ", fault " : "",
                 plan && a.inject ? a.inject : "", sm.tokenize ? "yes" : tok_err);
     }
+    printf("listening on http://%s%s%s:%u\n", v6 ? "[" : "", a.host, v6 ? "]" : "", port);
+    fflush(stdout);
 
     int sig = 0;
     sigwait(&sigs, &sig);
