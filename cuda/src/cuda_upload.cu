@@ -9,6 +9,7 @@
 #include "ggufkit_cuda/cuda_upload.h"
 
 extern "C" {
+#include "cpus.h"
 #include "gguf/types.h"
 }
 
@@ -107,7 +108,7 @@ int gguf_cuda_uploader_create(gguf_cuda_uploader **out, const gguf_cuda_uploader
     if (o.n_threads == 0) {
         /* the host copy is the stage that limits: use the machine (H200
          * host, 16 cores: 8 threads 50%, 16 threads 76% of pinned H2D) */
-        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        const long cpus = gguf_cpus_usable();
         o.n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
     }
     up->n_threads = o.n_threads;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 extern "C" {
+#include "cpus.h"
 #include "forward_setup.h"
 #include "forward_stream.h"
 #include "gguf/dequant.h"
@@ -614,7 +615,7 @@ typedef struct fc_route_job {
     double t_ready;     /* when they arrived */
 } fc_route_job;
 
-static void fc_spin(int i)
+static void fc_spin(unsigned i)
 {
     if (i % 64 == 63) {
         sched_yield(); /* more threads than free cores must still progress */
@@ -635,7 +636,7 @@ static void fc_route_part(void *arg, int part, int n_parts)
         j->c->xf.host_sync_seconds += j->t_ready - t0;
         __atomic_store_n(&j->ready, j->e == cudaSuccess ? 1 : -1, __ATOMIC_RELEASE);
     } else {
-        for (int i = 0; !__atomic_load_n(&j->ready, __ATOMIC_ACQUIRE); i++)
+        for (unsigned i = 0; !__atomic_load_n(&j->ready, __ATOMIC_ACQUIRE); i++)
             fc_spin(i);
     }
     if (__atomic_load_n(&j->ready, __ATOMIC_ACQUIRE) < 0)
@@ -1007,7 +1008,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     }
     {
         /* the host copy is the slowest stage: as many threads as cores, up to 16 */
-        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        const long ncpu = gguf_cpus_usable();
         const int nth = co.n_copy_threads ? co.n_copy_threads
                                           : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
         size_t cb = co.chunk_bytes ? co.chunk_bytes : FC_CHUNK_BYTES_DEFAULT;
@@ -1064,7 +1065,7 @@ int gguf_cuda_fwd_create(gguf_cuda_fwd **out, const gguf_model *m, const gguf_fw
     if (c->hp->n_expert > 0) {
         /* routing a 64-token batch over 128 experts is ~0.2 ms on one core,
          * all of it time the copy engine idles: 8 threads take most of it */
-        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        const long ncpu = gguf_cpus_usable();
         const int nrt = co.n_route_threads ? co.n_route_threads
                                            : (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
         int prc = nrt > 1 ? fw_pool_create(&c->route_pool, nrt, err) : 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 extern "C" {
+#include "cpus.h"
 #include "forward_setup.h"
 }
 #include "fwd_block.h"
@@ -1014,7 +1015,7 @@ int gguf_cuda_tp_create(gguf_cuda_tp **out, const gguf_model *m, const gguf_shar
     }
     {
         /* ranks share the host's cores: a few copy threads each */
-        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        const long ncpu = gguf_cpus_usable();
         long nth = co.n_copy_threads ? co.n_copy_threads : ncpu / (tp > 0 ? tp : 1);
         nth = nth < 1 ? 1 : nth > 16 ? 16 : nth;
         const size_t cb = co.chunk_bytes ? co.chunk_bytes : (size_t)64 << 20;

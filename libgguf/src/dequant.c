@@ -2,6 +2,7 @@
  * Dequantization API: argument checks, path dispatch, threads over rows,
  * slices, and the scalar float conversions the kernels share.
  */
+#include "cpus.h"
 #include "dequant_internal.h"
 #include "error_internal.h"
 
@@ -295,10 +296,10 @@ static void *pool_worker(void *p)
     return NULL;
 }
 
-static int online_cpus(void)
+static int usable_cpus(void)
 {
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    const int n = gguf_cpus_usable();
+    return n > 1024 ? 1024 : n;
 }
 
 int gguf_dequant_pool_create(gguf_dequant_pool **out, int n_threads, gguf_error *err)
@@ -310,7 +311,7 @@ int gguf_dequant_pool_create(gguf_dequant_pool **out, int n_threads, gguf_error 
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                          "dequant pool: %d threads is outside 0..1024", n_threads);
     if (n_threads == 0)
-        n_threads = online_cpus();
+        n_threads = usable_cpus();
     gguf_dequant_pool *pool = calloc(1, sizeof *pool);
     if (!pool)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "dequant pool: out of memory");

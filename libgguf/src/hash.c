@@ -1,4 +1,5 @@
 /* XXH3-128 digests of tensors, files and models (see gguf/hash.h). */
+#include "cpus.h"
 #include "error_internal.h"
 #include "gguf/hash.h"
 
@@ -131,7 +132,7 @@ int gguf_digest_set(const gguf_set *s, gguf_digest *out_tensors, gguf_digest *ou
         goto done;
     }
     if (n_threads <= 0)
-        n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = gguf_cpus_usable();
     if (n_threads < 1)
         n_threads = 1;
     if (n_threads > 64)

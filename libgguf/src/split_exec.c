@@ -11,6 +11,7 @@
  * Any failure before the last step removes every temporary file and every
  * output this call renamed into place; the inputs are only read.
  */
+#include "cpus.h"
 #include "error_internal.h"
 #include "gguf/output.h"
 #include "gguf/split.h"
@@ -509,7 +510,7 @@ static int digest_jobs(djob *jobs, int64_t n, const gguf_split_job_opts *o, gguf
     uint64_t total = 0;
     for (int64_t i = 0; i < n; i++)
         total += jobs[i].n;
-    int nt = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = o->n_threads > 0 ? o->n_threads : gguf_cpus_usable();
     if (nt < 1)
         nt = 1;
     if (nt > 64)

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpus.h"
 #include "gguf/file.h"
 #include "gguf/forward.h"
 #include "gguf/model.h"
@@ -119,8 +120,10 @@ int main(int argc, char **argv)
     uint64_t model_bytes = 0;
     for (int64_t i = 0; i < gguf_set_tensor_count(set); i++)
         model_bytes += gguf_set_tensor_at(set, i)->nbytes;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    const int nth = co.n_copy_threads ? co.n_copy_threads : (int)(ncpu > 16 ? 16 : ncpu);
+    /* what the library chose for 0 (auto): printed, not passed */
+    const int ncpu = gguf_cpus_usable();
+    const int nth = co.n_copy_threads ? co.n_copy_threads : ncpu > 16 ? 16 : ncpu;
+    const int nrt = co.n_route_threads ? co.n_route_threads : ncpu > 8 ? 8 : ncpu;
     for (int k = 0; k < 2; k++) {
         /* the host copy rate tells which stage limits: the gather into pinned
          * memory (host_copy_GBps near stream_GBps), the host queueing work
@@ -146,7 +149,7 @@ int main(int argc, char **argv)
                (unsigned long long)t->experts_loaded, t->seconds, rate / 1e9, h2d / 1e9,
                h2d > 0 ? 100.0 * rate / h2d : 0.0, hc / 1e9, x->host_copy_seconds,
                x->host_wait_seconds, x->host_issue_seconds, x->host_sync_seconds,
-               x->host_route_seconds, nth, co.n_route_threads, co.moe_pad,
+               x->host_route_seconds, nth, nrt, co.moe_pad,
                co.chunk_bytes ? co.chunk_bytes >> 20 : (size_t)64,
                (double)x->device_bytes / 1048576.0, (double)model_bytes / 1048576.0,
                (unsigned long long)direct,

@@ -44,7 +44,7 @@ static const cli_opt options[] = {
     {OPT_GPU, "gpu", 2, "[auto]",
      "also check the CUDA dequantization equals the CPU bit for bit; no GPU is an error (exit 3), "
      "or a skip with --gpu auto"},
-    {OPT_THREADS, "threads", 1, "N", "dequantization threads (default: all cores)"},
+    {OPT_THREADS, "threads", 1, "N", "dequantization threads (default: one per CPU it may use)"},
     {OPT_PATH, "path", 1, "NAME", "CPU implementation: auto, scalar, portable, avx2"},
     {OPT_CHUNK, "chunk", 1, "SIZE", "floats held per tensor at a time (default 16M)"},
     {CLI_OPT_QUIET, "quiet", 0, NULL, "only the failing tensors and the summary (default: every tensor)"},

@@ -28,7 +28,7 @@ static const cli_opt options[] = {
     {OPT_META, "metadata-only", 0, NULL, "only the header and metadata"},
     {OPT_TENSORS, "tensors-only", 0, NULL, "only the tensor table"},
     {OPT_HASH, "hash", 0, NULL, "XXH3-128 of each tensor, of each part and of the whole model"},
-    {OPT_THREADS, "threads", 1, "N", "threads for --hash (default: all cores)"},
+    {OPT_THREADS, "threads", 1, "N", "threads for --hash (default: one per CPU it may use)"},
     {OPT_TOKENIZE, "tokenize", 1, "TEXT",
      "token ids and pieces of TEXT (UTF-8; '-' reads standard input) with the model's tokenizer"},
     {OPT_DETOKENIZE, "detokenize", 1, "IDS",

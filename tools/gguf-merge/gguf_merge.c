@@ -56,7 +56,7 @@ static const cli_opt OPTS[] = {
     {OPT_DELETE, "delete-splits", 0, NULL,
      "llama-gguf-split's name for --delete-inputs (here with the safe ordering)"},
     {OPT_JSON, "json", 0, NULL, "print the plan or the result as JSON on stdout"},
-    {OPT_THREADS, "threads", 1, "N", "digest threads (default: one per core)"},
+    {OPT_THREADS, "threads", 1, "N", "digest threads (default: one per CPU it may use)"},
     {OPT_NO_SYNC, "no-sync", 0, NULL, "skip fsync (scratch files only)"},
     {0, NULL, 0, NULL, NULL},
 };

@@ -37,7 +37,7 @@ typedef struct gguf_cuda_uploader gguf_cuda_uploader;
 typedef struct gguf_cuda_uploader_opts {
     size_t chunk_bytes; /* quantized bytes per chunk; 0: 64 MiB */
     int n_buffers;      /* pinned + device staging buffers; 0: 2 (double buffering) */
-    int n_threads;      /* host threads copying into pinned memory; 0: the online
+    int n_threads;      /* host threads copying into pinned memory; 0: the usable
                            CPUs, at most 16 (the host copy is the slowest stage) */
 } gguf_cuda_uploader_opts;
 

@@ -65,8 +65,8 @@ extern "C" {
 typedef struct gguf_cuda_fwd_opts {
     int device;             /* CUDA device index (default 0) */
     size_t chunk_bytes;     /* quantized bytes per streamed chunk; 0: 64 MiB */
-    int n_copy_threads;     /* host threads copying mmap -> pinned; 0: the online
-                               CPUs, at most 16 */
+    int n_copy_threads;     /* host threads copying mmap -> pinned; 0: the usable
+                               CPUs (affinity mask), at most 16 */
     int host_register;      /* register the model's file mappings with CUDA so the
                                copy engine reads the page cache in place (no host
                                copy): 0 auto (when the files fit in half the RAM;
@@ -88,7 +88,7 @@ typedef struct gguf_cuda_fwd_opts {
                                tolerance; tests run both */
     int n_route_threads;    /* host threads routing an MoE layer's tokens (softmax or
                                sigmoid and top-k of each token, the CPU's code and
-                               bits): 0 auto (the online CPUs, at most 8), 1 the
+                               bits): 0 auto (the usable CPUs, at most 8), 1 the
                                calling thread only; at most 64 */
 } gguf_cuda_fwd_opts;
 

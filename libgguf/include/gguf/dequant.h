@@ -106,7 +106,7 @@ int gguf_dequant_row_path(int path, uint32_t type, const void *src, float *dst, 
 typedef struct gguf_dequant_pool gguf_dequant_pool;
 
 /*
- * Start n_threads workers (1..1024; 0 means the number of online CPUs).
+ * Start n_threads workers (1..1024; 0 means one per CPU the process may use).
  * @return 0; GGUF_E_INVALID for n_threads < 0 or > 1024; GGUF_E_NOMEM;
  *         GGUF_E_IO when a thread cannot be started (sys_errno set).
  */

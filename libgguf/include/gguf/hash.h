@@ -42,7 +42,7 @@ void gguf_digest_tensor(const gguf_tensor *t, gguf_digest *out);
 /*
  * Digest every tensor of a set (out_tensors has gguf_set_tensor_count entries,
  * may be NULL) and the model digest, using up to n_threads threads (0: one per
- * core). cancel may be NULL.
+ * CPU the process may use, its affinity mask). cancel may be NULL.
  * @return 0, GGUF_E_NOMEM, GGUF_E_INTERRUPTED.
  */
 int gguf_digest_set(const gguf_set *s, gguf_digest *out_tensors, gguf_digest *out_model,

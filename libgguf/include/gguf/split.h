@@ -215,7 +215,7 @@ typedef struct gguf_split_job_opts {
                           * from disk once; outputs are reopened and digested afterwards) */
     bool digests;        /* compute digests for a manifest (tensors, model, each output file) */
     bool delete_inputs;  /* implies verify: delete input parts once all is verified */
-    int n_threads;       /* digest threads; 0: one per core */
+    int n_threads;       /* digest threads; 0: one per usable CPU */
     /* Polled throughout; non-zero makes the call fail with GGUF_E_INTERRUPTED.
      * Set it from a SIGINT/SIGTERM handler. */
     volatile sig_atomic_t *cancel;
