@@ -231,7 +231,7 @@ start "$T/llama.gguf" --precision f64 --tp 2 --inject qkv-stream || { finish; ex
 req 200 POST $C "$body"
 cp "$T/body" "$T/bad.json"
 stop TERM
-# read after the stop: the line comes after "listening on", on the other stream
+# read after the stop, when everything the server wrote is in the file
 grep -q 'fault qkv-stream' "$T/srv.err" && pass || fail "the faulty server does not say so"
 python3 - "$T/ref.json" "$T/tp.json" "$T/bad.json" <<'EOF' && pass || fail "--tp / --inject logprobs"
 import json, sys
