@@ -485,11 +485,16 @@ static void writeback_to(gguf_writer *w, uint64_t end)
     w->wb_pos = end;
 }
 
-static int flush_buf(gguf_writer *w, gguf_error *err)
+/* The buffer to the file; with piece > 0 in writes that end at the file's
+ * multiples of piece (see SHIFT_PIECE). */
+static int flush_buf_in(gguf_writer *w, uint64_t piece, gguf_error *err)
 {
     uint64_t done = 0;
     while (done < w->buf_n) {
-        ssize_t k = pwrite(w->fd, w->buf + done, w->buf_n - done, (off_t)(w->buf_pos + done));
+        uint64_t n = w->buf_n - done;
+        if (piece && n > piece - (w->buf_pos + done) % piece)
+            n = piece - (w->buf_pos + done) % piece;
+        ssize_t k = pwrite(w->fd, w->buf + done, n, (off_t)(w->buf_pos + done));
         if (k < 0) {
             if (errno == EINTR) {
                 int rc = check_cancel(w, err);
@@ -505,6 +510,11 @@ static int flush_buf(gguf_writer *w, gguf_error *err)
     w->buf_n = 0;
     writeback_to(w, w->buf_pos);
     return GGUF_OK;
+}
+
+static int flush_buf(gguf_writer *w, gguf_error *err)
+{
+    return flush_buf_in(w, 0, err);
 }
 
 static int emit(gguf_writer *w, const void *p, uint64_t n, gguf_error *err)
@@ -667,15 +677,20 @@ static uint64_t head_chunk(const gguf_writer *w, uint64_t off, uint64_t chunk)
  * contiguous merge: a part's data lands shifted by the difference of the
  * headers) costs a kernel copy 15-40% more than an aligned one on Linux
  * 6.18 ext4 (every source page straddles two destination pages). On a local
- * file system such copies go through pread into our buffer and pwrite in
- * pieces that end at the destination's 256 KiB boundaries. Measured, 1 GiB
- * with its fsync: on the 16-core device machine (median of 5) 1.03 s in
- * 2 MiB pieces against 1.18 s shifted and 1.00 s aligned through
- * copy_file_range; on a 2-core VM that hands freed memory back to its host,
- * 2 MiB writes made the page cache take large folios the host had to fault
- * in again (4.1-4.6 s), 256 KiB ones did not (2.5 s; docs/benchmarks.md).
+ * file system such copies go through pread into our buffer (512 KiB at a
+ * time, still in L2) and pwrite in pieces that end at the destination's
+ * 128 KiB boundaries. The page cache takes a folio as large as the write: on
+ * a VM that hands freed memory back to its host (free page reporting) large
+ * folios come from memory the host must fault in again. Merging 1 GiB there
+ * (12 runs each, every order of the three): 256 KiB pieces 0.53-1.28 s
+ * (median 0.79), 128 KiB 0.49-0.79 s (0.59), 64 KiB 0.54-0.82 s and once
+ * 2.96 s (0.64); 2 MiB pieces took 4.1-4.6 s on that VM in an earlier series
+ * (docs/benchmarks.md). On the 16-core device machine 2 MiB pieces took
+ * 1.03 s (median of 5) against 1.18 s shifted and 1.00 s aligned through
+ * copy_file_range.
  */
-#define SHIFT_PIECE (256ull << 10)
+#define SHIFT_PIECE (128ull << 10)
+#define SHIFT_READ (512ull << 10)
 
 /* Copy [off, off+n) of fd to the output at w->out_pos, in the kernel where possible. */
 static int copy_range(gguf_writer *w, int fd, uint64_t off, uint64_t n, gguf_error *err)
@@ -709,8 +724,8 @@ static int copy_range(gguf_writer *w, int fd, uint64_t off, uint64_t n, gguf_err
             try_cfr = false; /* fall back to pread/pwrite below */
         }
         uint64_t k = chunk < WBUF_SIZE ? chunk : WBUF_SIZE;
-        if (shifted && k > SHIFT_PIECE - w->out_pos % SHIFT_PIECE)
-            k = SHIFT_PIECE - w->out_pos % SHIFT_PIECE;
+        if (shifted && k > SHIFT_READ - w->out_pos % SHIFT_READ)
+            k = SHIFT_READ - w->out_pos % SHIFT_READ;
         ssize_t r = pread(fd, w->buf, k, (off_t)off);
         if (r < 0 && errno == EINTR)
             continue;
@@ -721,7 +736,7 @@ static int copy_range(gguf_writer *w, int fd, uint64_t off, uint64_t n, gguf_err
                              "%s: input ended while copying (file shrank?)", w->path);
         w->buf_n = (uint64_t)r;
         w->buf_pos = w->out_pos;
-        if ((rc = flush_buf(w, err)))
+        if ((rc = flush_buf_in(w, shifted ? SHIFT_PIECE : 0, err)))
             return rc;
         w->out_pos += (uint64_t)r;
         off += (uint64_t)r;
