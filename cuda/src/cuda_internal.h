@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "error_internal.h"
+#include "util/error_lib.h"
 }
 
 /* Map a CUDA runtime error to a gguf_status and fill err:

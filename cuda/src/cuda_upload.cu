@@ -9,7 +9,7 @@
 #include "ggufkit_cuda/cuda_upload.h"
 
 extern "C" {
-#include "cpus.h"
+#include "util/cpus.h"
 #include "gguf/types.h"
 }
 

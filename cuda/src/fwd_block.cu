@@ -1,6 +1,6 @@
 /* The block loop of the GPU forward pass: see fwd_block.h. The order of the
  * ops, captures, reduces and residual adds here is the numerics of both GPU
- * executors; it follows libgguf/src/forward_exec.c step by step. */
+ * executors; it follows libgguf/src/forward/forward_exec.c step by step. */
 #include "fwd_block.h"
 
 #include "fwd_cuda_internal.h"

@@ -1,6 +1,6 @@
 /*
  * The block loop of the GPU forward pass, one description for both GPU
- * executors (as libgguf/src/forward_exec.c is for the CPU):
+ * executors (as libgguf/src/forward/forward_exec.c is for the CPU):
  *
  *   embedding   token rows into x
  *   per block   attn_norm -> attention -> [reduce] -> residual
@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "forward_setup.h"
+#include "forward/forward_setup.h"
 }
 
 /* The FFN's output: routed (or dense) rows and the shared experts' rows, each

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "forward_setup.h"
+#include "forward/forward_setup.h"
 }
 
 /* Map a cuBLAS status to a gguf_status and fill err: allocation failures

@@ -1,6 +1,6 @@
 /*
  * Element-wise and reduction kernels of the GPU forward pass. Each mirrors an
- * op of libgguf/src/forward_ops.c in f32 mode: values are stored as float,
+ * op of libgguf/src/forward/forward_ops.c in f32 mode: values are stored as float,
  * sums run in double, and every place where the CPU rounds to float rounds
  * here too. The order of a reduction differs (a tree over threads instead of
  * a left-to-right loop), so results agree to rounding, not bit for bit.

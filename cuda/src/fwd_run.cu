@@ -1,7 +1,7 @@
 /*
  * One GPU's forward pass (ggufkit_cuda/forward_cuda.h): the ops of the block
  * loop (fwd_block.h) with the same steps, capture points and weight order as
- * the CPU reference (libgguf/src/forward_exec.c, forward_attn.c,
+ * the CPU reference (libgguf/src/forward/forward_exec.c, forward_attn.c,
  * forward_ffn.c), activations and the KV cache in device memory.
  *
  * Weights stream through fwd_stream.h: the copy engine reads quantized rows
@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 extern "C" {
-#include "cpus.h"
-#include "forward_setup.h"
-#include "forward_stream.h"
+#include "util/cpus.h"
+#include "forward/forward_setup.h"
+#include "forward/forward_stream.h"
 #include "gguf/dequant.h"
 }
 #include "fwd_block.h"

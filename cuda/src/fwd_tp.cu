@@ -1,6 +1,6 @@
 /*
  * One rank of the tensor-parallel forward on a GPU (ggufkit_cuda/forward_cuda_tp.h):
- * the CPU's virtual rank r (libgguf/src/forward_exec.c, forward_attn.c,
+ * the CPU's virtual rank r (libgguf/src/forward/forward_exec.c, forward_attn.c,
  * forward_ffn.c) on the block loop of fwd_block.h, with device buffers, cuBLAS
  * and the kernels of fwd_kernels.cu, and NCCL where the CPU simulates the
  * collectives. The structure follows those files function by function so
@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 extern "C" {
-#include "cpus.h"
-#include "forward_setup.h"
+#include "util/cpus.h"
+#include "forward/forward_setup.h"
 }
 #include "fwd_block.h"
 #include "fwd_common.h"

@@ -21,7 +21,7 @@ static int emit(const char *name, const char *ctype, const void *data, size_t n,
 int main(void)
 {
     printf("/* GENERATED at build time by cuda/src/gen_cuda_iq_tables.c from libgguf's\n"
-           " * tables (libgguf/src/dequant_iq_tables.c). Do not edit. Flat byte arrays:\n"
+           " * tables (libgguf/src/dequant/dequant_iq_tables.c). Do not edit. Flat byte arrays:\n"
            " * row r of a grid of W-byte rows starts at byte W*r. */\n\n");
     int rc = 0;
     rc |= emit("gc_iq2xxs_grid", "uint8_t", gguf_iq2xxs_grid, sizeof gguf_iq2xxs_grid, 8);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate libgguf/src/dequant_iq_tables.c from gguf-py's data.
+"""Generate libgguf/src/dequant/dequant_iq_tables.c from gguf-py's data.
 
 The IQ lattice grids, the sign table and the 4-bit value tables are data that
 ggml defines once; gguf-py ships them too (gguf/quants.py, grid_hex strings
@@ -9,7 +9,7 @@ code never re-derives them. It also prints an FNV-1a 64 digest of each table;
 tests/unit/test_dequant_tables.c checks the same digests over the compiled
 tables, so an edit to the generated file is caught.
 
-Usage: python3 testdata/iq_tables/gen_dequant_iq_tables.py > libgguf/src/dequant_iq_tables.c
+Usage: python3 testdata/iq_tables/gen_dequant_iq_tables.py > libgguf/src/dequant/dequant_iq_tables.c
        python3 testdata/iq_tables/gen_dequant_iq_tables.py --digests
 """
 import sys

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpus.h"
+#include "util/cpus.h"
 #include "gguf/file.h"
 #include "gguf/forward.h"
 #include "gguf/model.h"

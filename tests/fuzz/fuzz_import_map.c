@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "import_internal.h"
+#include "interop/import_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -22,7 +22,7 @@
 
 #include "gguf/file.h"
 #include "gguf/tokenize.h"
-#include "tokenize_internal.h"
+#include "tokenize/tokenize_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -23,7 +23,7 @@ import random
 import struct
 import sys
 
-# ggml type id -> (name, block elements, bytes per block), as libgguf/src/types.c
+# ggml type id -> (name, block elements, bytes per block), as libgguf/src/format/types.c
 TYPES = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
     6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cpus.h"
+#include "util/cpus.h"
 
 START_TEST(follows_the_affinity_mask)
 {

@@ -1,5 +1,5 @@
 /*
- * The IQ grids and value tables of libgguf/src/dequant_iq_tables.c are data
+ * The IQ grids and value tables of libgguf/src/dequant/dequant_iq_tables.c are data
  * generated from gguf-py by testdata/iq_tables/gen_dequant_iq_tables.py.
  * Each table's FNV-1a 64 digest below was printed by that script
  * (`--digests`) from gguf-py 0.19.0's own decoding; an edit to the generated

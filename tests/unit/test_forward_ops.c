@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward_ops.h"
+#include "forward/forward_ops.h"
 
 #define F64 GGUF_FWD_F64
 #define EPS 1e-6

@@ -29,8 +29,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "forward_exec.h"
-#include "forward_stream.h"
+#include "forward/forward_exec.h"
+#include "forward/forward_stream.h"
 #include "gguf/dequant.h"
 #include "gguf/model.h"
 #include "gguf/types.h"

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward_setup.h"
+#include "forward/forward_setup.h"
 #include "gguf/forward.h"
 #include "gguf/model.h"
 #include "gguf/shard.h"

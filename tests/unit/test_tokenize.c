@@ -13,7 +13,7 @@
 #include "gguf/file.h"
 #include "gguf/tokenize.h"
 #include "helper_buf.h"
-#include "tokenize_internal.h"
+#include "tokenize/tokenize_internal.h"
 
 /* ---- a small GGUF writer for vocabularies ---- */
 

@@ -16,7 +16,7 @@
 #include "gguf/tokenize.h"
 #include "gguf/write.h"
 #include "helper_buf.h"
-#include "tokenize_internal.h"
+#include "tokenize/tokenize_internal.h"
 
 static char gpt2_path[768];
 static char *tmp_dir;

@@ -16,7 +16,7 @@
 #include "gguf/file.h"
 #include "gguf/forward.h"
 #include "gguf/tokenize.h"
-#include "tokenize_internal.h"
+#include "tokenize/tokenize_internal.h"
 
 static char vocab_dir[512], stories_path[768];
 

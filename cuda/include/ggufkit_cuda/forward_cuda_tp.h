@@ -3,7 +3,7 @@
  * pass on a GPU, over NCCL.
  *
  * Rank r computes exactly what the CPU's virtual tensor parallel
- * (gguf_fwd_tp_create, libgguf/src/forward_exec.c) computes for rank r: the
+ * (gguf_fwd_tp_create, libgguf/src/forward/forward_exec.c) computes for rank r: the
  * weights are the plan's slices for r (gguf_shard_materialize: every piece
  * dequantized, transposed and placed as the plan says, injected faults
  * included), the shapes come from those slices, the engine settings from

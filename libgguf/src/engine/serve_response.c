@@ -1,0 +1,472 @@
+/* serve: results -> JSON bodies.
+ *
+ * /v1/completions answers as vLLM's non-streaming CompletionResponse:
+ *   {"id": "cmpl-...", "object": "text_completion", "created", "model",
+ *    "choices": [{"index", "text", "logprobs": null | {"text_offset",
+ *    "token_logprobs", "tokens", "top_logprobs"}, "finish_reason": "length" |
+ *    "stop", "stop_reason": null | "stop string" | token id,
+ *    "prompt_logprobs"?, "prompt_token_ids"?, "token_ids"?}],
+ *    "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
+ * with vLLM's conventions: each top_logprobs entry maps the chosen token
+ * first, then the top k, by their text (so k or k+1 entries); log-probs
+ * below -9999 are clamped to -9999; text_offset adds up the code-point
+ * lengths of the token strings; with echo the prompt's tokens come first
+ * and the first of them has null log-probabilities.
+ *
+ * /completion answers as llama-server: {"index", "content", "tokens", "id_slot",
+ * "stop", "model", "tokens_predicted", "tokens_evaluated", "prompt",
+ * "truncated", "stop_type": "eos" | "limit" | "word", "stopping_word",
+ * "completion_probabilities"?: [{"id", "token", "bytes", "logprob",
+ * "top_logprobs": [{"id", "token", "bytes", "logprob"}]}]}, an array of them
+ * for several prompts. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/serve_internal.h"
+
+/* Builders that remember a failed allocation instead of checking each call. */
+typedef struct jb {
+    bool bad;
+} jb;
+
+static json_t *jchk(jb *b, json_t *v)
+{
+    if (!v)
+        b->bad = true;
+    return v;
+}
+
+static void jset(jb *b, json_t *o, const char *key, json_t *v)
+{
+    if (!v || !o || json_object_set_new(o, key, v))
+        b->bad = true;
+}
+
+static void jpush(jb *b, json_t *a, json_t *v)
+{
+    if (!v || !a || json_array_append_new(a, v))
+        b->bad = true;
+}
+
+/* A log-probability as vLLM writes it: clamped at -9999, NaN as null. */
+static json_t *jlp(double v)
+{
+    if (isnan(v))
+        return json_null();
+    if (v < -9999.0)
+        v = -9999.0;
+    if (v > 9999.0)
+        v = 9999.0;
+    return json_real(v);
+}
+
+int serve_json_response(json_t *root, int status, gguf_serve_response *r)
+{
+    char *s = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(root);
+    if (!s)
+        return GGUF_E_NOMEM;
+    r->status = status;
+    r->content_type = "application/json";
+    r->body = s;
+    r->body_len = strlen(s);
+    return 0;
+}
+
+static const char *error_type(int status)
+{
+    switch (status) {
+    case 400: return "BadRequestError";
+    case 401: return "AuthenticationError";
+    case 404: return "NotFoundError";
+    case 405: return "MethodNotAllowedError";
+    case 413: return "RequestTooLargeError";
+    case 501: return "NotImplementedError";
+    case 503: return "ServiceUnavailableError";
+    default: return "InternalServerError";
+    }
+}
+
+int serve_error_response(const serve_err *e, gguf_serve_response *r)
+{
+    jb b = {0};
+    json_t *root = jchk(&b, json_object()), *inner = jchk(&b, json_object());
+    jset(&b, inner, "message", serve_json_text(e->message, strlen(e->message)));
+    jset(&b, inner, "type", json_string(error_type(e->status)));
+    jset(&b, inner, "param", e->param[0] ? json_string(e->param) : json_null());
+    jset(&b, inner, "code", json_integer(e->status));
+    jset(&b, root, "error", inner);
+    if (b.bad) {
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    return serve_json_response(root, e->status, r);
+}
+
+/* ---- /v1/completions ---- */
+
+/* The text a token shows in `tokens` and as a top_logprobs key. */
+static json_t *tok(const gguf_serve *s, const serve_creq *q, int32_t id)
+{
+    return serve_json_token(s, id, q->tokens_as_ids);
+}
+
+/* Positions [from, to) of seq in vLLM's CompletionLogProbs. */
+static json_t *openai_logprobs(const gguf_serve *s, const serve_creq *q, const serve_seq *sq,
+                               int64_t from, int64_t to, int k, jb *b)
+{
+    json_t *lp = jchk(b, json_object());
+    json_t *offs = jchk(b, json_array()), *tlp = jchk(b, json_array());
+    json_t *toks = jchk(b, json_array()), *top = jchk(b, json_array());
+    int64_t offset = 0;
+    for (int64_t i = from; i < to && !b->bad; i++) {
+        const int32_t id = sq->ids[i];
+        json_t *t = jchk(b, tok(s, q, id));
+        if (!t)
+            break;
+        json_incref(t); /* kept for the top_logprobs key below */
+        jpush(b, toks, t);
+        jpush(b, offs, json_integer(offset));
+        offset += serve_utf8_count(json_string_value(t), json_string_length(t));
+        if (!sq->scored[i]) {
+            jpush(b, tlp, json_null());
+            jpush(b, top, json_null());
+            json_decref(t);
+            continue;
+        }
+        jpush(b, tlp, jlp(sq->lp[i]));
+        json_t *d = jchk(b, json_object());
+        jset(b, d, json_string_value(t), jlp(sq->lp[i]));
+        json_decref(t);
+        for (int j = 0; j < k && j < sq->k; j++) {
+            const int32_t tid = sq->top_id[i * sq->k + j];
+            if (tid < 0)
+                break;
+            json_t *key = jchk(b, tok(s, q, tid));
+            if (key)
+                jset(b, d, json_string_value(key), jlp(sq->top_lp[i * sq->k + j]));
+            json_decref(key);
+        }
+        jpush(b, top, d);
+    }
+    jset(b, lp, "text_offset", offs);
+    jset(b, lp, "token_logprobs", tlp);
+    jset(b, lp, "tokens", toks);
+    jset(b, lp, "top_logprobs", top);
+    return lp;
+}
+
+/* vLLM's prompt_logprobs: [null, {"id": {"logprob", "rank", "decoded_token"}, ...}, ...] */
+static json_t *prompt_logprobs(const gguf_serve *s, const serve_creq *q, const serve_seq *sq,
+                               jb *b)
+{
+    json_t *a = jchk(b, json_array());
+    for (int64_t i = 0; i < sq->n_prompt && !b->bad; i++) {
+        if (!sq->scored[i]) {
+            jpush(b, a, json_null());
+            continue;
+        }
+        json_t *d = jchk(b, json_object());
+        const int kk = q->prompt_logprobs;
+        for (int j = -1; j < kk && j < sq->k; j++) {
+            const int32_t id = j < 0 ? sq->ids[i] : sq->top_id[i * sq->k + j];
+            if (id < 0)
+                break;
+            char key[24];
+            snprintf(key, sizeof key, "%d", (int)id);
+            if (j >= 0 && json_object_get(d, key))
+                continue;
+            int32_t rank = j < 0 ? sq->rank[i] : j + 1;
+            json_t *e = jchk(b, json_object());
+            jset(b, e, "logprob", jlp(j < 0 ? sq->lp[i] : sq->top_lp[i * sq->k + j]));
+            jset(b, e, "rank", json_integer(rank));
+            jset(b, e, "decoded_token", tok(s, q, id));
+            jset(b, d, key, e);
+        }
+        jpush(b, a, d);
+    }
+    return a;
+}
+
+static json_t *id_array(const int32_t *ids, int64_t n, jb *b)
+{
+    json_t *a = jchk(b, json_array());
+    for (int64_t i = 0; i < n && !b->bad; i++)
+        jpush(b, a, json_integer(ids[i]));
+    return a;
+}
+
+static json_t *openai_choice(const gguf_serve *s, const serve_creq *q, const serve_prompt *p,
+                             const serve_seq *sq, int64_t index, jb *b)
+{
+    json_t *c = jchk(b, json_object());
+    jset(b, c, "index", json_integer(index));
+    serve_buf text = {0};
+    if (q->echo) {
+        if (p->text)
+            serve_buf_add(&text, p->text, p->text_len);
+        else
+            serve_decode(s, sq->ids, sq->n_prompt, &text);
+    }
+    serve_buf_add(&text, sq->text ? sq->text : "", sq->text_len);
+    b->bad |= text.nomem;
+    jset(b, c, "text", serve_json_text(text.p ? text.p : "", text.n));
+    serve_buf_free(&text);
+    if (q->logprobs >= 0) {
+        const int64_t from = q->echo ? 0 : sq->n_prompt;
+        jset(b, c, "logprobs",
+             openai_logprobs(s, q, sq, from, sq->n_prompt + sq->n_gen, q->logprobs, b));
+    } else {
+        jset(b, c, "logprobs", json_null());
+    }
+    jset(b, c, "finish_reason", json_string(sq->finish == SERVE_FIN_LENGTH ? "length" : "stop"));
+    if (sq->finish == SERVE_FIN_STOP_STR)
+        jset(b, c, "stop_reason",
+             serve_json_text(q->stop[sq->stop_index], q->stop_len[sq->stop_index]));
+    else if (sq->finish == SERVE_FIN_STOP_ID)
+        jset(b, c, "stop_reason", json_integer(sq->stop_id));
+    else
+        jset(b, c, "stop_reason", json_null());
+    if (q->prompt_logprobs_field)
+        jset(b, c, "prompt_logprobs", prompt_logprobs(s, q, sq, b));
+    if (q->return_token_ids) {
+        jset(b, c, "prompt_token_ids", id_array(sq->ids, sq->n_prompt, b));
+        jset(b, c, "token_ids", id_array(sq->ids + sq->n_prompt, sq->n_gen, b));
+    }
+    return c;
+}
+
+static json_t *openai_response(gguf_serve *s, const serve_creq *q, const serve_seq *seqs, jb *b)
+{
+    json_t *root = jchk(b, json_object());
+    pthread_mutex_lock(&s->mu);
+    const uint64_t id = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    char cid[48];
+    snprintf(cid, sizeof cid, "cmpl-%016llx%08llx", (unsigned long long)id,
+             (unsigned long long)(s->created & 0xFFFFFFFF));
+    jset(b, root, "id", json_string(cid));
+    jset(b, root, "object", json_string("text_completion"));
+    jset(b, root, "created", json_integer((json_int_t)time(NULL)));
+    jset(b, root, "model", json_string(s->model_name));
+    json_t *choices = jchk(b, json_array());
+    int64_t n_prompt = 0, n_gen = 0;
+    for (int64_t i = 0; i < q->n_prompts && !b->bad; i++) {
+        jpush(b, choices, openai_choice(s, q, &q->prompts[i], &seqs[i], i, b));
+        n_prompt += seqs[i].n_prompt;
+        n_gen += seqs[i].n_gen;
+    }
+    jset(b, root, "choices", choices);
+    json_t *usage = jchk(b, json_object());
+    jset(b, usage, "prompt_tokens", json_integer(n_prompt));
+    jset(b, usage, "total_tokens", json_integer(n_prompt + n_gen));
+    jset(b, usage, "completion_tokens", json_integer(n_gen));
+    jset(b, root, "usage", usage);
+    return root;
+}
+
+/* ---- /completion (llama-server) ---- */
+
+static json_t *llama_prob(const gguf_serve *s, int32_t id, double lp, jb *b)
+{
+    json_t *o = jchk(b, json_object());
+    char piece[SERVE_PIECE_MAX];
+    const size_t n = serve_piece(s, id, piece);
+    jset(b, o, "id", json_integer(id));
+    jset(b, o, "token", serve_json_text(piece, n));
+    json_t *bytes = jchk(b, json_array());
+    for (size_t i = 0; i < n; i++)
+        jpush(b, bytes, json_integer((unsigned char)piece[i]));
+    jset(b, o, "bytes", bytes);
+    jset(b, o, "logprob", jlp(lp));
+    return o;
+}
+
+static json_t *llama_one(gguf_serve *s, const serve_creq *q, const serve_prompt *p,
+                         const serve_seq *sq, int64_t index, jb *b)
+{
+    json_t *o = jchk(b, json_object());
+    jset(b, o, "index", json_integer(index));
+    jset(b, o, "content", serve_json_text(sq->text ? sq->text : "", sq->text_len));
+    jset(b, o, "tokens", q->return_tokens ? id_array(sq->ids + sq->n_prompt, sq->n_gen, b)
+                                          : json_array());
+    jset(b, o, "id_slot", json_integer(0));
+    jset(b, o, "stop", json_true());
+    jset(b, o, "model", json_string(s->model_name));
+    jset(b, o, "tokens_predicted", json_integer(sq->n_gen));
+    jset(b, o, "tokens_evaluated", json_integer(sq->n_prompt));
+    serve_buf ptext = {0};
+    if (p->text)
+        serve_buf_add(&ptext, p->text, p->text_len);
+    else
+        serve_decode(s, sq->ids, sq->n_prompt, &ptext);
+    b->bad |= ptext.nomem;
+    jset(b, o, "prompt", serve_json_text(ptext.p ? ptext.p : "", ptext.n));
+    serve_buf_free(&ptext);
+    jset(b, o, "truncated", json_false());
+    const char *type = sq->finish == SERVE_FIN_LENGTH ? "limit"
+                       : sq->finish == SERVE_FIN_STOP_STR ? "word" : "eos";
+    jset(b, o, "stop_type", json_string(type));
+    jset(b, o, "stopping_word", sq->finish == SERVE_FIN_STOP_STR
+                                    ? serve_json_text(q->stop[sq->stop_index],
+                                                      q->stop_len[sq->stop_index])
+                                    : json_string(""));
+    jset(b, o, "tokens_cached", json_integer(0));
+    json_t *gs = jchk(b, json_object());
+    jset(b, gs, "n_predict", json_integer(q->max_tokens));
+    jset(b, gs, "temperature", json_real(0));
+    jset(b, gs, "n_probs", json_integer(q->n_probs));
+    jset(b, gs, "model", json_string(s->model_name));
+    jset(b, o, "generation_settings", gs);
+    if (q->n_probs > 0) {
+        json_t *probs = jchk(b, json_array());
+        for (int64_t i = sq->n_prompt; i < sq->n_prompt + sq->n_gen && !b->bad; i++) {
+            json_t *e = llama_prob(s, sq->ids[i], sq->lp[i], b);
+            json_t *top = jchk(b, json_array());
+            for (int j = 0; j < q->n_probs && j < sq->k; j++) {
+                const int32_t tid = sq->top_id[i * sq->k + j];
+                if (tid < 0)
+                    break;
+                jpush(b, top, llama_prob(s, tid, sq->top_lp[i * sq->k + j], b));
+            }
+            jset(b, e, "top_logprobs", top);
+            jpush(b, probs, e);
+        }
+        jset(b, o, "completion_probabilities", probs);
+    }
+    return o;
+}
+
+int serve_completion_response(gguf_serve *s, const serve_creq *q, const serve_seq *seqs,
+                              gguf_serve_response *r)
+{
+    jb b = {0};
+    json_t *root;
+    if (q->api == SERVE_API_LLAMA) {
+        if (q->n_prompts == 1) {
+            root = llama_one(s, q, &q->prompts[0], &seqs[0], 0, &b);
+        } else {
+            root = jchk(&b, json_array());
+            for (int64_t i = 0; i < q->n_prompts && !b.bad; i++)
+                jpush(&b, root, llama_one(s, q, &q->prompts[i], &seqs[i], i, &b));
+        }
+    } else {
+        root = openai_response(s, q, seqs, &b);
+    }
+    if (b.bad) {
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    int rc = serve_json_response(root, 200, r);
+    if (rc || !q->stream)
+        return rc;
+    /* stream: the whole answer as one server-sent event, as vLLM answers a
+     * streaming request it did not stream */
+    const size_t n = r->body_len + 32;
+    char *ev = malloc(n);
+    if (!ev)
+        return GGUF_E_NOMEM;
+    const int len = snprintf(ev, n, "data: %s\n\ndata: [DONE]\n\n", r->body);
+    free(r->body);
+    r->body = ev;
+    r->body_len = (size_t)len;
+    r->content_type = "text/event-stream";
+    return 0;
+}
+
+/* ---- tokenizer endpoints ---- */
+
+int serve_tokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_response *r)
+{
+    jb b = {0};
+    json_t *root = jchk(&b, json_object());
+    json_t *toks = jchk(&b, json_array());
+    for (int64_t i = 0; i < q->n && !b.bad; i++) {
+        if (q->with_pieces) {
+            json_t *e = jchk(&b, json_object());
+            jset(&b, e, "id", json_integer(q->ids[i]));
+            jset(&b, e, "piece", serve_json_token(s, q->ids[i], false));
+            jpush(&b, toks, e);
+        } else {
+            jpush(&b, toks, json_integer(q->ids[i]));
+        }
+    }
+    jset(&b, root, "count", json_integer(q->n));
+    jset(&b, root, "max_model_len", json_integer(s->m.n_ctx > 0 ? s->m.n_ctx : s->max_tokens));
+    jset(&b, root, "tokens", toks);
+    if (q->return_token_strs) {
+        json_t *strs = jchk(&b, json_array());
+        for (int64_t i = 0; i < q->n && !b.bad; i++)
+            jpush(&b, strs, serve_json_token(s, q->ids[i], false));
+        jset(&b, root, "token_strs", strs);
+    } else if (!q->llama) {
+        jset(&b, root, "token_strs", json_null());
+    }
+    if (b.bad) {
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    return serve_json_response(root, 200, r);
+}
+
+int serve_detokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_response *r)
+{
+    jb b = {0};
+    serve_buf text = {0};
+    serve_decode(s, q->ids, q->n, &text);
+    b.bad |= text.nomem;
+    json_t *root = jchk(&b, json_object());
+    jset(&b, root, "prompt", serve_json_text(text.p ? text.p : "", text.n));
+    jset(&b, root, "content", serve_json_text(text.p ? text.p : "", text.n));
+    serve_buf_free(&text);
+    if (b.bad) {
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    return serve_json_response(root, 200, r);
+}
+
+int serve_models_response(gguf_serve *s, gguf_serve_response *r)
+{
+    jb b = {0};
+    json_t *root = jchk(&b, json_object()), *data = jchk(&b, json_array());
+    json_t *card = jchk(&b, json_object());
+    jset(&b, card, "id", json_string(s->model_name));
+    jset(&b, card, "object", json_string("model"));
+    jset(&b, card, "created", json_integer(s->created));
+    jset(&b, card, "owned_by", json_string("ggufkit"));
+    jset(&b, card, "root", json_string(s->model_name));
+    jset(&b, card, "parent", json_null());
+    jset(&b, card, "max_model_len", json_integer(s->m.n_ctx > 0 ? s->m.n_ctx : s->max_tokens));
+    jpush(&b, data, card);
+    jset(&b, root, "object", json_string("list"));
+    jset(&b, root, "data", data);
+    if (b.bad) {
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    return serve_json_response(root, 200, r);
+}
+
+int serve_tokenizer_info_response(gguf_serve *s, gguf_serve_response *r)
+{
+    jb b = {0};
+    json_t *root = jchk(&b, json_object());
+    jset(&b, root, "tokenizer_class", json_string("gguf"));
+    jset(&b, root, "bos_token", s->m.bos >= 0 ? serve_json_token(s, s->m.bos, false) : json_null());
+    jset(&b, root, "eos_token", s->m.eos >= 0 ? serve_json_token(s, s->m.eos, false) : json_null());
+    jset(&b, root, "bos_token_id", s->m.bos >= 0 ? json_integer(s->m.bos) : json_null());
+    jset(&b, root, "eos_token_id", s->m.eos >= 0 ? json_integer(s->m.eos) : json_null());
+    jset(&b, root, "pad_token", json_null());
+    jset(&b, root, "add_bos_token", json_boolean(s->m.add_bos));
+    jset(&b, root, "model_max_length", json_integer(s->m.n_ctx > 0 ? s->m.n_ctx : s->max_tokens));
+    jset(&b, root, "can_tokenize", json_boolean(s->m.tokenize != NULL));
+    if (b.bad) {
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    return serve_json_response(root, 200, r);
+}

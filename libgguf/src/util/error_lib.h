@@ -1,0 +1,29 @@
+/* Internal helpers to fill a gguf_error. Not installed. */
+#ifndef GGUF_ERROR_LIB_H
+#define GGUF_ERROR_LIB_H
+
+#include "gguf/error.h"
+
+/* Fill err (may be NULL) and return code, so callers can `return gguf_fail(...)`. */
+int gguf_fail(gguf_error *err, int code, uint64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Same, with errno recorded and its text appended to the message. */
+int gguf_fail_errno(gguf_error *err, int code, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Checked arithmetic: return 0 on overflow, 1 on success. */
+static inline int gguf_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+static inline int gguf_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline int gguf_mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+#endif
