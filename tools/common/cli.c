@@ -149,24 +149,38 @@ int cli_next(const cli_spec *spec, int argc, char **argv, const char **arg, int 
     }
 }
 
+/* Messages carry text from files and servers (token pieces, reply bodies):
+ * control bytes are written as \xNN so that none reaches the terminal raw. */
+static void put_clean(const char *s)
+{
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f)
+            fprintf(stderr, "\\x%02x", c);
+        else
+            fputc(c, stderr);
+    }
+}
+
 void cli_error(const char *tool, const gguf_error *err)
 {
+    fprintf(stderr, "%s: error: ", tool);
+    put_clean(err->message[0] ? err->message : gguf_strerror(err->code));
     if (err->offset != GGUF_NO_OFFSET)
-        fprintf(stderr, "%s: error: %s (offset %llu)\n", tool, err->message,
-                (unsigned long long)err->offset);
-    else
-        fprintf(stderr, "%s: error: %s\n", tool,
-                err->message[0] ? err->message : gguf_strerror(err->code));
+        fprintf(stderr, " (offset %llu)", (unsigned long long)err->offset);
+    fputc('\n', stderr);
 }
 
 void cli_errorf(const char *tool, const char *fmt, ...)
 {
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: error: ", tool);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s: error: ", tool);
+    put_clean(msg);
+    fputc('\n', stderr);
 }
 
 int cli_exit_code(int status)

@@ -4,6 +4,8 @@
  * reference, and say whether and where they disagree. docs/check-engine.md. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,9 @@ enum {
     OPT_THREADS,
     OPT_SHOW,
     OPT_NO_ECHO,
+    OPT_VOCAB,
+    OPT_MAX_POSITIONS,
+    OPT_DEADLINE,
 };
 
 static const cli_opt options[] = {
@@ -71,12 +76,18 @@ static const cli_opt options[] = {
      "log-probabilities)"},
     {OPT_SHOW, "show", 1, "N", "table rows from the first divergence (default 8; -v: every "
      "position; -q: the result line only)"},
+    {OPT_VOCAB, "vocab", 1, "FILE.gguf", "the vocabulary of an HF checkpoint MODEL (a GGUF of the "
+     "same model): text-only replies and the tokenization check need one"},
+    {OPT_MAX_POSITIONS, "max-positions", 1, "N", "refuse an engine sequence longer than N tokens "
+     "(default: the model's context length)"},
+    {OPT_DEADLINE, "deadline", 1, "S", "seconds for the whole run (requests and reference; "
+     "default none; --timeout is per request)"},
     {0, NULL, 0, NULL, NULL},
 };
 
 static const cli_spec spec = {
     REF_FORWARD_TOOL " check-engine",
-    "MODEL.gguf --url URL [--prompt TEXT | --chat TEXT | --messages FILE.json |\n"
+    "MODEL.gguf|HF-DIR --url URL [--prompt TEXT | --chat TEXT | --messages FILE.json |\n"
     "       --tokens IDS | --prompts FILE.jsonl] [OPTIONS]",
     "Check a running serving engine against the reference: ask it for a greedy continuation\n"
     "with log-probabilities, run the same tokens (the engine's own) through the reference\n"
@@ -93,7 +104,9 @@ static const cli_spec spec = {
 };
 
 typedef struct ce_opts {
-    const char *model, *url, *tol, *html, *served, *api_key;
+    const char *model, *url, *tol, *html, *served, *api_key, *vocab;
+    int64_t max_positions;
+    double deadline;
     gguf_engine_api api;
     ce_prompt *prompts;
     int n_prompts;
@@ -266,7 +279,7 @@ static int load_prompts(ce_opts *o, const char *path)
         if (!*l)
             continue;
         json_error_t je;
-        json_t *v = json_loads(l, JSON_REJECT_DUPLICATES, &je);
+        json_t *v = json_loads(l, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
         char why[160] = "";
         ce_prompt *p = v ? add_prompt(o) : NULL;
         if (!v)
@@ -326,11 +339,32 @@ static int reference(const ce_opts *o, const gguf_model *m, ce_result *r,
     return rc;
 }
 
+/* --deadline: the whole run, requests and the reference alike (which has no
+ * cancel point), ends when the alarm rings: exit 3, as for a timed-out engine. */
+static void deadline_passed(int sig)
+{
+    (void)sig;
+    static const char msg[] = REF_FORWARD_TOOL " check-engine: error: --deadline passed\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(CLI_EXIT_ENV);
+}
+
+static void arm_deadline(double seconds)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = deadline_passed;
+    sigaction(SIGALRM, &sa, NULL);
+    alarm((unsigned)(seconds + 0.999));
+}
+
 static int run(ce_opts *o)
 {
     gguf_error err = {0};
-    gguf_set *set = NULL;
+    gguf_set *set = NULL, *vocab = NULL;
     gguf_model *m = NULL;
+    gguf_tokenizer *tok = NULL;
     ce_ctx ctx = {0};
     ce_result **res = NULL;
     int ret = CLI_EXIT_USAGE, rc;
@@ -345,9 +379,15 @@ static int run(ce_opts *o)
     ho.timeout = o->timeout;
     ho.api_key = o->api_key;
     ho.headers = o->headers;
-    rc = gguf_set_open(&set, o->model, NULL, &err);
-    if (!rc)
+    const bool hf = gguf_model_path_is_hf(o->model);
+    rc = hf ? gguf_model_open_hf(&m, o->model, &err) : gguf_set_open(&set, o->model, NULL, &err);
+    if (!rc && !hf)
         rc = gguf_model_open(&m, set, &err);
+    if (!rc && o->vocab)
+        rc = gguf_set_open(&vocab, o->vocab, NULL, &err);
+    if (!rc && hf && o->backend == REFWD_CUDA)
+        rc = gguf_error_setf(&err, GGUF_E_UNSUPPORTED, 0,
+                             "--backend cuda: an HF checkpoint runs on the CPU reference only");
     if (!rc)
         rc = refwd_backend_probe(o->backend, &err);
     if (!rc)
@@ -361,9 +401,22 @@ static int run(ce_opts *o)
     ctx.n_predict = o->n_predict;
     ctx.top_k = o->top_k;
     ctx.no_echo = o->no_echo;
-    ctx.meta = gguf_set_meta(set);
-    ctx.set = set;
+    const gguf_set *vset = vocab ? vocab : set;
+    ctx.meta = vset ? gguf_set_meta(vset) : NULL;
     ctx.n_vocab = gguf_model_hparams(m)->n_vocab;
+    if (vset) {
+        gguf_error te = {0};
+        if (gguf_tokenizer_create(&tok, vset, &te) == 0)
+            ctx.tok = tok; /* else: text-only replies and the tokenization check say why */
+    }
+    /* the reference runs what the engine says it ran: bounded by the model's
+     * context (an engine claiming 100k ids would cost minutes and GBs) */
+    const int64_t n_ctx = gguf_model_hparams(m)->n_ctx_train;
+    ctx.max_positions = o->max_positions ? o->max_positions : n_ctx > 0 ? n_ctx : 0;
+    if (o->top_k > 20 && (ctx.api == GGUF_API_VLLM || ctx.api == GGUF_API_AUTO))
+        /* vLLM refuses more than max_logprobs (20 unless the server raised it) */
+        fprintf(stderr, "%s: note: --top-k %d: vLLM answers at most 20 unless started with "
+                        "--max-logprobs %d or more\n", spec.tool, o->top_k, o->top_k);
     if (ctx.api == GGUF_API_AUTO || !o->served) {
         if ((rc = ce_detect(&ctx, detected, sizeof detected, &err))) {
             cli_error(spec.tool, &err);
@@ -436,8 +489,10 @@ done:
         free(ctx.vocab);
     }
     refwd_http_free(ctx.http);
+    gguf_tokenizer_free(tok);
     gguf_model_free(m);
     gguf_set_close(set);
+    gguf_set_close(vocab);
     return ret;
 }
 
@@ -535,6 +590,24 @@ int refwd_check_engine_main(int argc, char **argv)
             o.headers[o.n_headers++] = arg;
             break;
         case OPT_API_KEY: o.api_key = arg; break;
+        case OPT_VOCAB: o.vocab = arg; break;
+        case OPT_MAX_POSITIONS:
+            if (cli_parse_u64(arg, &v) || v < 2 || v > 10000000) {
+                cli_errorf(spec.tool, "--max-positions: '%s' is not a count from 2 to 10000000",
+                           arg);
+                goto done;
+            }
+            o.max_positions = (int64_t)v;
+            break;
+        case OPT_DEADLINE: {
+            char *end;
+            o.deadline = strtod(arg, &end);
+            if (end == arg || *end || !(o.deadline > 0) || o.deadline > 86400 * 7) {
+                cli_errorf(spec.tool, "--deadline: '%s' is not a number of seconds", arg);
+                goto done;
+            }
+            break;
+        }
         case OPT_BACKEND:
             if (refwd_backend_parse(arg, &o.backend)) {
                 cli_errorf(spec.tool, "--backend: '%s' is not cpu or cuda", arg);
@@ -560,7 +633,8 @@ int refwd_check_engine_main(int argc, char **argv)
     if (o.show < 0)
         o.show = cli_verbosity > 1 ? INT32_MAX : 8;
     if (!o.model || !o.url) {
-        cli_errorf(spec.tool, "expected MODEL.gguf and --url URL (see --help)");
+        cli_errorf(spec.tool, "expected MODEL (a GGUF or an HF checkpoint folder) and --url URL "
+                              "(see --help)");
         goto done;
     }
     if (n_sources != 1) {
@@ -586,7 +660,10 @@ int refwd_check_engine_main(int argc, char **argv)
     }
     if (prompts_file && (ret = load_prompts(&o, prompts_file)))
         goto done;
+    if (o.deadline > 0)
+        arm_deadline(o.deadline);
     ret = run(&o);
+    alarm(0);
 done:
     free_prompts(&o);
     return ret;

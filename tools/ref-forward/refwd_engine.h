@@ -18,6 +18,7 @@
 
 #include "gguf/engine.h"
 #include "gguf/file.h"
+#include "gguf/tokenize.h"
 #include "refwd_http.h"
 
 /* One prompt of the run: exactly one of the four is set. */
@@ -37,9 +38,11 @@ typedef struct ce_ctx {
     int64_t n_predict;
     int top_k;
     bool no_echo;                 /* generated positions only */
-    const gguf_file *meta;        /* the reference's metadata (vocabulary) */
-    const void *set;              /* the reference's gguf_set (tokenizer) */
+    const gguf_file *meta;        /* the reference's metadata (vocabulary); NULL for an
+                                     HF checkpoint without --vocab */
+    const gguf_tokenizer *tok;    /* its tokenizer, NULL when it has none */
     int64_t n_vocab;
+    int64_t max_positions;        /* bound on the sequence the reference runs */
     const char **vocab;           /* token texts for text-only replies, built on demand */
 } ce_ctx;
 
@@ -55,7 +58,12 @@ typedef struct ce_result {
     char tok_note[200];
     int32_t *our_ids;             /* our tokenization when checked */
     int64_t n_our_ids;
-    char notes[4][240];           /* said in the report (fallbacks, limits) */
+    int64_t prompt_mismatch;      /* first index where the engine's prompt ids differ
+                                     from the ids sent, -1 when they agree: a finding */
+    int32_t sent_id, engine_id;   /* the ids there (-1: past the end of one of them) */
+    int64_t n_unresolved;         /* generated positions left out: tokens written as text
+                                     that name no single token (docs/check-engine.md) */
+    char notes[6][240];           /* said in the report (fallbacks, limits) */
     int n_notes;
     gguf_engine_cmp *cmp;
 } ce_result;
@@ -63,7 +71,7 @@ typedef struct ce_result {
 /* snprintf that may truncate on purpose (messages into fixed buffers). */
 void ce_fmt(char *dst, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Add a note to r (printf-style); extra notes beyond 4 are dropped. */
+/* Add a note to r (printf-style); extra notes beyond 6 are dropped. */
 void ce_note(ce_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ce_result_clear(ce_result *r);
 

@@ -144,6 +144,13 @@ static int engine_tokenize(ce_ctx *ctx, const ce_prompt *p, const char *text, in
     int rc = post(ctx, &rq, &reply, &len, err);
     if (!rc && (rc = gguf_engine_tokens_parse(ids, n, reply, len, err)))
         with_url(err, rc, ctx, "/tokenize");
+    if (!rc && *n == 0) {
+        free(*ids);
+        *ids = NULL;
+        rc = gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
+                             "POST %s/tokenize: reply: tokens: empty (a prompt has at least one "
+                             "token)", refwd_http_url(ctx->http));
+    }
     free(reply);
     return rc;
 }
@@ -178,18 +185,43 @@ static int apply_template(ce_ctx *ctx, const ce_prompt *p, char **text, gguf_err
     return rc;
 }
 
+/* Whether a piece can name a token when an engine writes it as text: engines
+ * write UTF-8 in JSON, so a piece that is empty, holds a NUL or is not whole
+ * UTF-8 (a byte token, part of a character) never appears as itself; vLLM
+ * writes such tokens as "" (docs/check-engine.md), which names no token. */
+static bool piece_nameable(const char *s, size_t n)
+{
+    if (n == 0 || memchr(s, 0, n))
+        return false;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        const size_t l = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
+                       : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!l || i + l > n)
+            return false;
+        for (size_t k = 1; k < l; k++)
+            if (((unsigned char)s[i + k] & 0xC0) != 0x80)
+                return false;
+        i += l;
+    }
+    return true;
+}
+
+/* The text an engine writes for each token: its piece, special tokens' markup
+ * included (engines echo "<|system|>" as it is); NULL where no text names it. */
 static const char *const *vocab_table(ce_ctx *ctx)
 {
-    if (ctx->vocab)
+    if (ctx->vocab || !ctx->tok)
         return ctx->vocab;
     const char **v = calloc((size_t)ctx->n_vocab, sizeof *v);
     if (!v)
         return NULL;
-    char buf[512];
     for (int64_t i = 0; i < ctx->n_vocab; i++) {
-        int l = gguf_fwd_token_text(ctx->meta, (int32_t)i, buf, sizeof buf);
-        /* control tokens come out empty: engines write their markup */
-        v[i] = l > 0 ? strdup(buf) : NULL;
+        const char *piece;
+        size_t len;
+        if (gguf_token_piece(ctx->tok, (int32_t)i, true, &piece, &len) == 0 &&
+            piece_nameable(piece, len))
+            v[i] = strndup(piece, len);
     }
     ctx->vocab = v;
     return v;
@@ -210,17 +242,15 @@ static bool needs_ids(const gguf_engine_reply *r)
 /* Our tokenizer on the prompt text, against the engine's ids. */
 static void check_tokenization(ce_ctx *ctx, const char *text, ce_result *r)
 {
-    gguf_tokenizer *tk = NULL;
     gguf_error e = {0};
     r->tok_match = -1;
-    if (gguf_tokenizer_create(&tk, ctx->set, &e)) {
-        ce_fmt(r->tok_note, sizeof r->tok_note, "not checked: %s", e.message);
+    if (!ctx->tok) {
+        snprintf(r->tok_note, sizeof r->tok_note,
+                 "not checked (no GGUF vocabulary: give --vocab MODEL.gguf)");
         return;
     }
-    int rc = gguf_tokenize(tk, text, strlen(text), gguf_tokenizer_add_bos(tk), &r->our_ids,
-                           &r->n_our_ids, &e);
-    gguf_tokenizer_free(tk);
-    if (rc) {
+    if (gguf_tokenize(ctx->tok, text, strlen(text), gguf_tokenizer_add_bos(ctx->tok), &r->our_ids,
+                      &r->n_our_ids, &e)) {
         ce_fmt(r->tok_note, sizeof r->tok_note, "not checked: %s", e.message);
         return;
     }
@@ -237,12 +267,55 @@ static void check_tokenization(ce_ctx *ctx, const char *text, ce_result *r)
                  (long long)r->n_seq_prompt, (long long)r->n_our_ids);
 }
 
+/* Ids of the echoed prompt from its text alone (OpenAI echo without ids):
+ * every position must name one token. rp is left as it was. */
+static int ids_from_echo(ce_ctx *ctx, gguf_engine_reply *rp, int32_t **ids, int64_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!vocab_table(ctx))
+        return ctx->tok ? GGUF_E_NOMEM : 0;
+    int32_t *saved = malloc((size_t)rp->n_prompt * sizeof *saved);
+    if (!saved)
+        return GGUF_E_NOMEM;
+    for (int64_t i = 0; i < rp->n_prompt; i++)
+        saved[i] = rp->pos[i].id;
+    if (gguf_engine_reply_resolve(rp, ctx->vocab, ctx->n_vocab, NULL, 0) < 0) {
+        free(saved);
+        return GGUF_E_NOMEM;
+    }
+    bool all = true;
+    for (int64_t i = 0; i < rp->n_prompt; i++) {
+        all = all && rp->pos[i].id >= 0;
+        const int32_t id = rp->pos[i].id;
+        rp->pos[i].id = saved[i];
+        saved[i] = id;
+    }
+    if (all) {
+        *ids = saved;
+        *n = rp->n_prompt;
+    } else {
+        free(saved);
+    }
+    return 0;
+}
+
+/* The first index where two id lists differ, -1 when equal. */
+static int64_t first_difference(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+    int64_t i = 0;
+    while (i < na && i < nb && a[i] == b[i])
+        i++;
+    return i == na && i == nb ? -1 : i;
+}
+
 int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
 {
     const gguf_engine_endpoint ep = ce_endpoint(ctx, p);
     const char *path = gguf_engine_endpoint_path(ep);
     r->endpoint = ep;
     r->tok_match = -1;
+    r->prompt_mismatch = -1;
     gguf_engine_request rq = {0};
     rq.api = ctx->api;
     rq.endpoint = ep;
@@ -268,6 +341,13 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
     if (rc)
         return rc;
     gguf_engine_reply *rp = r->reply;
+    if (rq.echo && (rp->found & GGUF_REPLY_LEGACY) && !(rp->found & GGUF_REPLY_PROMPT_LOGPROBS) &&
+        rp->completion_tokens < 0)
+        /* an echo without the count cannot be split into prompt and generated */
+        return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
+                               "POST %s%s: reply: usage.completion_tokens: missing (the echoed "
+                               "prompt cannot be told from the generated tokens)",
+                               refwd_http_url(ctx->http), path);
     if (rp->n_pos - rp->n_prompt <= 0)
         return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
                                "POST %s%s: the reply has no log-probabilities of generated "
@@ -290,7 +370,7 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
     int32_t *ids = NULL;
     int64_t n_ids = 0;
     char *templated = NULL;
-    bool differs = false;
+    r->prompt_mismatch = -1;
     if (p->tokens) {
         ids = malloc((size_t)p->n_tokens * sizeof *ids);
         if (!ids)
@@ -298,16 +378,25 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
         memcpy(ids, p->tokens, (size_t)p->n_tokens * sizeof *ids);
         n_ids = p->n_tokens;
         r->prompt_ids_from = "request";
-        differs = rp->prompt_ids &&
-                  (rp->n_prompt_ids != n_ids ||
-                   memcmp(rp->prompt_ids, ids, (size_t)n_ids * sizeof *ids) != 0);
-        if (differs)
-            ce_note(r, "the engine reports prompt ids that differ from the ids sent: "
-                       "its own are used");
+        /* an engine that ran other ids than those sent answered another prompt:
+         * a finding about the deployment, compared on the engine's own ids */
+        if (rp->prompt_ids) {
+            const int64_t d = first_difference(ids, n_ids, rp->prompt_ids, rp->n_prompt_ids);
+            if (d >= 0) {
+                r->prompt_mismatch = d;
+                r->sent_id = d < n_ids ? ids[d] : -1;
+                r->engine_id = d < rp->n_prompt_ids ? rp->prompt_ids[d] : -1;
+                free(ids);
+                ids = NULL;
+            }
+        }
     }
-    if (rp->prompt_ids && (!ids || differs)) {
-        free(ids);
-        ids = malloc((size_t)(rp->n_prompt_ids ? rp->n_prompt_ids : 1) * sizeof *ids);
+    if (rp->prompt_ids && !ids) {
+        if (rp->n_prompt_ids == 0)
+            return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
+                                   "POST %s%s: reply: prompt_token_ids: empty",
+                                   refwd_http_url(ctx->http), path);
+        ids = malloc((size_t)rp->n_prompt_ids * sizeof *ids);
         if (!ids)
             return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
         memcpy(ids, rp->prompt_ids, (size_t)rp->n_prompt_ids * sizeof *ids);
@@ -327,22 +416,11 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
             return rc;
         r->prompt_ids_from = "/tokenize";
     } else if (!ids && rp->n_prompt > 0) {
-        /* the echo is the whole prompt (OpenAI echo) */
-        if (needs_ids(rp) && !vocab_table(ctx))
-            return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
-        gguf_engine_reply_resolve(rp, ctx->vocab, ctx->vocab ? ctx->n_vocab : 0, NULL, 0);
-        bool all = true;
-        for (int64_t i = 0; i < rp->n_prompt; i++)
-            all = all && rp->pos[i].id >= 0;
-        if (all) {
-            ids = malloc((size_t)rp->n_prompt * sizeof *ids);
-            if (!ids)
-                return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
-            for (int64_t i = 0; i < rp->n_prompt; i++)
-                ids[i] = rp->pos[i].id;
-            n_ids = rp->n_prompt;
+        /* the echo is the whole prompt (OpenAI echo) when each piece names a token */
+        if ((rc = ids_from_echo(ctx, rp, &ids, &n_ids)))
+            return gguf_error_setf(err, rc, 0, "out of memory");
+        if (ids)
             r->prompt_ids_from = "echo";
-        }
     }
     if (!ids) {
         gguf_error e = {0};
@@ -351,10 +429,16 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
             free(ids);
             return gguf_error_setf(err, rc == GGUF_E_IO ? GGUF_E_IO : GGUF_E_UNSUPPORTED, 0,
                                    "cannot learn the engine's prompt token ids (no ids in the "
-                                   "reply, no echo, %s): give --tokens",
+                                   "reply, no echo that names each token, %s): give --tokens",
                                    e.message);
         }
         r->prompt_ids_from = "/tokenize";
+    }
+    if (n_ids == 0) {
+        free(ids);
+        return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
+                               "POST %s%s: the engine's prompt has no tokens (%s)",
+                               refwd_http_url(ctx->http), path, r->prompt_ids_from);
     }
     if (rp->n_prompt > n_ids) {
         free(ids);
@@ -364,37 +448,63 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
                                (long long)rp->n_prompt, (long long)n_ids);
     }
 
-    /* ids for text-only positions and alternatives */
-    if (needs_ids(rp) && !vocab_table(ctx)) {
-        free(ids);
-        return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
-    }
-    gguf_engine_reply_resolve(rp, ctx->vocab, ctx->vocab ? ctx->n_vocab : 0, ids, n_ids);
-    for (int64_t i = 0; i < rp->n_pos; i++) {
-        const gguf_engine_pos *q = &rp->pos[i];
-        if (q->id >= 0)
-            continue;
-        free(ids);
-        return gguf_error_setf(err, GGUF_E_UNSUPPORTED, 0,
-                               "%s position %lld: the engine wrote the token as text only "
-                               "('%s') and it matches no single token of the vocabulary: "
-                               "ask for ids (--api vllm sends return_tokens_as_token_ids)",
-                               q->prompt ? "prompt" : "generated",
-                               (long long)(q->prompt ? i : i - rp->n_prompt),
-                               q->text ? q->text : "");
-    }
+    /* every engine-given id of an echoed position must be the prompt's: any
+     * other is a reply that contradicts itself */
     for (int64_t i = 0; i < rp->n_prompt; i++)
-        if (rp->pos[i].id != ids[n_ids - rp->n_prompt + i]) {
+        if (rp->pos[i].id >= 0 && rp->pos[i].id != ids[n_ids - rp->n_prompt + i]) {
+            const int32_t got = rp->pos[i].id, want = ids[n_ids - rp->n_prompt + i];
             free(ids);
             return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
                                    "POST %s%s: reply: echoed prompt position %lld is token %d, "
                                    "the engine's prompt has %d there",
-                                   refwd_http_url(ctx->http), path, (long long)i,
-                                   rp->pos[i].id, ids[n_ids - rp->n_prompt + i]);
+                                   refwd_http_url(ctx->http), path, (long long)i, got, want);
         }
+
+    /* ids for text-only positions and alternatives: prompt positions from the
+     * prompt's ids, generated ones from their text where it names one token */
+    if (needs_ids(rp) && !vocab_table(ctx) && ctx->tok) {
+        free(ids);
+        return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
+    }
+    gguf_engine_reply_resolve(rp, ctx->vocab, ctx->vocab ? ctx->n_vocab : 0, ids, n_ids);
+    for (int64_t j = 0; rp->gen_ids && j < rp->n_gen_ids && rp->n_prompt + j < rp->n_pos; j++)
+        if (rp->pos[rp->n_prompt + j].id < 0) /* the reply's own ids (vLLM token_ids) */
+            rp->pos[rp->n_prompt + j].id = rp->gen_ids[j];
+    int64_t cut = -1;
+    for (int64_t i = rp->n_prompt; i < rp->n_pos && cut < 0; i++)
+        if (rp->pos[i].id < 0)
+            cut = i;
+    if (cut >= 0) {
+        /* a token the text does not name (vLLM writes a piece that is part of a
+         * character as ""): the ones after it cannot be teacher-forced */
+        const gguf_engine_pos *q = &rp->pos[cut];
+        r->n_unresolved = rp->n_pos - cut;
+        ce_note(r, "generated position %lld: the engine wrote the token as %s%s%s, which names "
+                   "no single token: positions from there on (%lld) are not compared; ask for "
+                   "ids (--api vllm) to compare them",
+                (long long)(cut - rp->n_prompt), q->text ? "\"" : "no text",
+                q->text ? q->text : "", q->text ? "\"" : "", (long long)r->n_unresolved);
+        gguf_engine_reply_truncate(rp, cut);
+    }
+    if (rp->n_pos - rp->n_prompt <= 0 && rp->n_prompt <= 1) {
+        free(ids);
+        return gguf_error_setf(err, GGUF_E_UNSUPPORTED, 0,
+                               "nothing to compare: the engine wrote the first generated token "
+                               "as text that names no single token of the vocabulary; ask for "
+                               "ids (--api vllm sends return_tokens_as_token_ids)");
+    }
 
     /* the teacher-forced sequence */
     const int64_t n_gen = rp->n_pos - rp->n_prompt;
+    if (ctx->max_positions > 0 && n_ids + n_gen > ctx->max_positions) {
+        free(ids);
+        return gguf_error_setf(err, GGUF_E_LIMIT, 0,
+                               "the engine's sequence has %lld tokens (%lld prompt, %lld "
+                               "generated), over the limit of %lld (the model's context length "
+                               "or --max-positions)",
+                               (long long)(n_ids + n_gen), (long long)n_ids, (long long)n_gen,
+                               (long long)ctx->max_positions);
+    }
     r->seq = malloc((size_t)(n_ids + n_gen) * sizeof *r->seq);
     if (!r->seq) {
         free(ids);
@@ -406,10 +516,19 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
     r->n_seq_prompt = n_ids;
     r->n_seq = n_ids + n_gen;
     free(ids);
-    if (rp->gen_ids && (rp->n_gen_ids != n_gen ||
-                        memcmp(rp->gen_ids, r->seq + n_ids, (size_t)n_gen * sizeof(int32_t))))
-        ce_note(r, "the reply's token ids (%lld) differ from its log-probability positions "
-                   "(%lld): the positions are used", (long long)rp->n_gen_ids, (long long)n_gen);
+    /* generated ids that contradict the log-probability positions: the reply
+     * is not one answer (ids past a cut position were not compared) */
+    if (rp->gen_ids) {
+        const int64_t n_check = n_gen < rp->n_gen_ids ? n_gen : rp->n_gen_ids;
+        const int64_t d = first_difference(rp->gen_ids, n_check, r->seq + n_ids, n_check);
+        if (d >= 0 || (cut < 0 && rp->n_gen_ids != n_gen))
+            return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
+                                   "POST %s%s: reply: token_ids contradict the log-probability "
+                                   "positions (%lld ids for %lld positions%s)",
+                                   refwd_http_url(ctx->http), path, (long long)rp->n_gen_ids,
+                                   (long long)(n_gen + r->n_unresolved),
+                                   d >= 0 ? ", a different token" : "");
+    }
     for (int64_t i = 0; i < r->n_seq; i++)
         if (r->seq[i] >= ctx->n_vocab)
             return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,

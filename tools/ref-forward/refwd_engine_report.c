@@ -113,8 +113,11 @@ void ce_totals_compute(ce_totals *t, ce_result *const *res, int n)
         const gguf_engine_cmp *c = res[i]->cmp;
         if (!c)
             continue;
-        t->agree = t->agree && c->agree;
-        if (!c->agree && t->first_prompt < 0) {
+        /* an engine that ran another prompt than the one sent diverged, whatever
+         * its numbers say on the prompt it ran */
+        const bool ok = c->agree && res[i]->prompt_mismatch < 0;
+        t->agree = t->agree && ok;
+        if (!ok && t->first_prompt < 0) {
             t->first_prompt = i;
             t->first_pos = c->first_divergent;
         }
@@ -290,8 +293,15 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
                 (long long)c->n_pos, (long long)(rp->n_prompt - c->n_skipped),
                 (long long)c->n_ties, c->top1_agreement, (long long)c->n_agree,
                 (long long)c->n_counted, c->kl_topk_mean, c->kl_topk_max, c->max_abs_dlogprob);
+        if (r->prompt_mismatch >= 0) {
+            fprintf(out, "verdict:   DIVERGED: the engine answered another prompt: its prompt ids "
+                         "differ from the ids sent at token %lld (sent %d, engine %d; -1: past "
+                         "the end); the table compares the prompt it ran\n",
+                    (long long)r->prompt_mismatch, r->sent_id, r->engine_id);
+        }
         if (c->agree) {
-            fprintf(out, "verdict:   agree\n");
+            fprintf(out, "%s\n", r->prompt_mismatch >= 0 ? "           (on its own prompt: agree)"
+                                                        : "verdict:   agree");
         } else {
             const gguf_engine_cmp_pos *f = c->first_divergent >= 0 ? &c->pos[c->first_divergent]
                                                                    : NULL;
@@ -483,8 +493,15 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
         const gguf_engine_reply *rp = r->reply;
         if (!c)
             continue;
-        fprintf(out, "%s{\"index\": %d, \"verdict\": \"%s\", \"first_divergent\": ", i ? ", " : "",
-                i, c->agree ? "agree" : "diverged");
+        fprintf(out, "%s{\"index\": %d, \"verdict\": \"%s\", \"prompt_mismatch\": ", i ? ", " : "",
+                i, c->agree && r->prompt_mismatch < 0 ? "agree" : "diverged");
+        if (r->prompt_mismatch >= 0)
+            fprintf(out, "{\"index\": %lld, \"sent\": %d, \"engine\": %d}",
+                    (long long)r->prompt_mismatch, r->sent_id, r->engine_id);
+        else
+            fputs("null", out);
+        fprintf(out, ", \"unresolved_positions\": %lld, \"first_divergent\": ",
+                (long long)r->n_unresolved);
         if (c->first_divergent >= 0)
             fprintf(out, "%lld", (long long)c->pos[c->first_divergent].index);
         else
@@ -688,7 +705,7 @@ int ce_write_html(const char *path, const ce_report *rep, ce_result *const *res,
         if (!c)
             continue;
         fprintf(f, "<h3>prompt %d: %s</h3>\n<p>tokenization: ", i,
-                c->agree ? "agree" : "diverged");
+                c->agree && r->prompt_mismatch < 0 ? "agree" : "diverged");
         esc(f, r->tok_note);
         fputs("</p>\n", f);
         html_plot(f, rep, r);

@@ -68,6 +68,7 @@ extern "C" {
 #define GGUF_ENGINE_MAX_POSITIONS 1000000 /* positions of one reply */
 #define GGUF_ENGINE_MAX_TOP 1024          /* alternatives of one position */
 #define GGUF_ENGINE_MAX_BODY (256u << 20) /* bytes of one reply body */
+#define GGUF_ENGINE_MAX_VALUES 4000000u   /* JSON values of one reply (~200 MB parsed) */
 
 /* ---- dialects and endpoints ---- */
 
@@ -180,6 +181,7 @@ typedef struct gguf_engine_reply {
     char *reasoning;         /* chat: reasoning_content / reasoning, NULL when absent */
     char *finish_reason;     /* "length", "stop", ...; NULL when absent */
     char *model;             /* "model" of the reply, NULL when absent */
+    int64_t completion_tokens; /* usage.completion_tokens, -1 when absent */
     uint32_t found;          /* GGUF_REPLY_* bits */
 } gguf_engine_reply;
 
@@ -187,6 +189,9 @@ typedef struct gguf_engine_reply {
  * Parse the body of a reply of endpoint ep (COMPLETIONS, CHAT, GENERATE or
  * COMPLETION). A reply without log-probabilities is valid (n_pos 0). The
  * number of echoed prompt positions comes from usage.completion_tokens
+ * (which must then be an integer from 0 to the positions' count: else
+ * GGUF_E_BAD_VALUE naming it; absent: no echo is assumed, see
+ * completion_tokens)
  * (OpenAI shapes), from the input/output split (SGLang) or from vLLM's
  * prompt_logprobs, which become the leading positions when the reply echoes
  * none itself (their ids from prompt_token_ids, else -1).
@@ -199,12 +204,18 @@ int gguf_engine_reply_parse(gguf_engine_reply **out, gguf_engine_endpoint ep, co
 
 void gguf_engine_reply_free(gguf_engine_reply *r);
 
+/* Drop the positions from n on (text-only tokens that name no token: the
+ * rest cannot be teacher-forced). n_prompt shrinks with them. */
+void gguf_engine_reply_truncate(gguf_engine_reply *r, int64_t n);
+
 /*
  * Give ids to positions and alternatives that came as text only, from the
  * vocabulary (vocab[i] = the text of token i as the engine writes it, e.g.
- * " the"; NULL entries are skipped). A text that several tokens share stays
- * unresolved (-1). Prompt positions without an id take prompt_ids[i] (from
- * the request) when given, and then their logprob from their alternatives.
+ * " the"; NULL and "" entries are skipped). A text that several tokens share,
+ * and "", stay unresolved (-1): no id is guessed. Prompt positions without an
+ * id take prompt_ids (the prompt's last n_prompt ids, from the request or the
+ * engine) before any text is looked up, and then their logprob from their
+ * alternatives.
  * @return the number of positions still without an id (alternatives without
  *         one are left out of the comparison), or GGUF_E_NOMEM.
  */

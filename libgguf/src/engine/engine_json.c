@@ -63,15 +63,70 @@ const char *eng_json_kind(const json_t *v)
     }
 }
 
+/* Count the values of a JSON text (roughly: every value but the root follows a
+ * '[', ',' or ':' outside strings) and rewrite the escape \u0000 inside object
+ * keys to \uFFFF in place. jansson keeps keys as C strings and refuses a NUL in
+ * one, while engines send "\u0000" as the text of the NUL-byte token (vLLM's
+ * top_logprobs of glm4moe). U+FFFF is a noncharacter no tokenizer writes: a
+ * text holding it is read as unknown (eng_pos_add_alt), never as a token. */
+static uint64_t scan_values(char *s, size_t n)
+{
+    uint64_t values = 1;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (c == '[' || c == ',' || c == ':') {
+            values++;
+        } else if (c == '"') {
+            const size_t start = i;
+            bool nul = false;
+            for (i++; i < n && s[i] != '"'; i++) {
+                if (s[i] != '\\')
+                    continue;
+                if (i + 5 < n && memcmp(s + i + 1, "u0000", 5) == 0)
+                    nul = true;
+                i++;
+            }
+            if (!nul)
+                continue;
+            size_t j = i + 1;
+            while (j < n && (s[j] == ' ' || s[j] == '\t' || s[j] == '\n' || s[j] == '\r'))
+                j++;
+            if (j < n && s[j] == ':') /* a key */
+                for (size_t k = start + 1; k + 5 < i; k++) {
+                    if (s[k] != '\\')
+                        continue;
+                    if (memcmp(s + k + 1, "u0000", 5) == 0)
+                        memcpy(s + k + 1, "uFFFF", 5);
+                    k++;
+                }
+        }
+    }
+    return values;
+}
+
 int eng_load(json_t **out, const char *body, size_t len, gguf_error *err)
 {
     *out = NULL;
     if (len > GGUF_ENGINE_MAX_BODY)
         return gguf_fail(err, GGUF_E_LIMIT, GGUF_NO_OFFSET,
                          "reply: %zu bytes, over the limit of %u", len, GGUF_ENGINE_MAX_BODY);
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory for a reply");
+    if (len)
+        memcpy(copy, body, len);
+    copy[len] = 0;
+    /* parsed values cost jansson ~50 bytes each: bound them, not only the bytes */
+    const uint64_t values = scan_values(copy, len);
+    if (values > GGUF_ENGINE_MAX_VALUES) {
+        free(copy);
+        return gguf_fail(err, GGUF_E_LIMIT, GGUF_NO_OFFSET,
+                         "reply: about %llu JSON values, over the limit of %u",
+                         (unsigned long long)values, GGUF_ENGINE_MAX_VALUES);
+    }
     json_error_t je;
-    json_t *v = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-                          &je);
+    json_t *v = json_loadb(copy, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    free(copy);
     if (!v) {
         char start[48];
         size_t n = len < sizeof start - 1 ? len : sizeof start - 1;
@@ -219,7 +274,10 @@ typedef struct reply_box {
 gguf_engine_reply *eng_reply_new(void)
 {
     reply_box *b = calloc(1, sizeof *b);
-    return b ? &b->r : NULL;
+    if (!b)
+        return NULL;
+    b->r.completion_tokens = -1;
+    return &b->r;
 }
 
 static void pos_init(gguf_engine_pos *p)
@@ -312,6 +370,9 @@ int eng_pos_add_alt(gguf_engine_pos *pos, int32_t id, const char *text, double l
     }
     gguf_engine_alt *a = &pos->top[pos->n_top];
     a->text = NULL;
+    /* a key that held a NUL (eng_load) names no token we could look up */
+    if (text && strstr(text, "\xef\xbf\xbf"))
+        text = NULL;
     int rc = eng_set_token(&a->id, &a->text, id, text, NULL, err);
     if (rc)
         return rc;

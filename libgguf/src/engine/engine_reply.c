@@ -302,7 +302,7 @@ static int map_build(text_map *m, const char *const *vocab, int64_t n)
     if (!m->key || !m->id)
         return GGUF_E_NOMEM;
     for (int64_t i = 0; i < n; i++) {
-        if (!vocab[i])
+        if (!vocab[i] || !vocab[i][0]) /* "" names no token (several write as "") */
             continue;
         size_t h = hash_str(vocab[i]) & (m->cap - 1);
         while (m->key[h] && strcmp(m->key[h], vocab[i]) != 0)
@@ -319,7 +319,7 @@ static int map_build(text_map *m, const char *const *vocab, int64_t n)
 
 static int32_t map_find(const text_map *m, const char *s)
 {
-    if (!s)
+    if (!s || !*s)
         return -1;
     size_t h = hash_str(s) & (m->cap - 1);
     while (m->key[h]) {
@@ -342,6 +342,12 @@ int64_t gguf_engine_reply_resolve(gguf_engine_reply *r, const char *const *vocab
     int64_t missing = 0;
     for (int64_t i = 0; i < r->n_pos; i++) {
         gguf_engine_pos *p = &r->pos[i];
+        /* echoed prompt positions are the last n_prompt prompt tokens: their
+         * ids are known, and their text is only the engine's rendering */
+        const int64_t at = n_prompt_ids - r->n_prompt + i;
+        const bool known = p->prompt && prompt_ids && at >= 0 && at < n_prompt_ids;
+        if (known && p->id < 0)
+            p->id = prompt_ids[at];
         if (m.key) {
             if (p->id < 0)
                 p->id = map_find(&m, p->text);
@@ -349,11 +355,7 @@ int64_t gguf_engine_reply_resolve(gguf_engine_reply *r, const char *const *vocab
                 if (p->top[k].id < 0)
                     p->top[k].id = map_find(&m, p->top[k].text);
         }
-        /* echoed prompt positions are the last n_prompt prompt tokens */
-        const int64_t at = n_prompt_ids - r->n_prompt + i;
-        if (p->prompt && prompt_ids && at >= 0 && at < n_prompt_ids) {
-            if (p->id < 0)
-                p->id = prompt_ids[at];
+        if (known) {
             if (isnan(p->logprob))
                 for (int32_t k = 0; k < p->n_top; k++)
                     if (p->top[k].id == p->id) {
@@ -366,4 +368,20 @@ int64_t gguf_engine_reply_resolve(gguf_engine_reply *r, const char *const *vocab
     free(m.key);
     free(m.id);
     return missing;
+}
+
+void gguf_engine_reply_truncate(gguf_engine_reply *r, int64_t n)
+{
+    if (!r || n < 0 || n >= r->n_pos)
+        return;
+    for (int64_t i = n; i < r->n_pos; i++) {
+        gguf_engine_pos *p = &r->pos[i];
+        for (int32_t k = 0; k < p->n_top; k++)
+            free(p->top[k].text);
+        free(p->top);
+        free(p->text);
+    }
+    r->n_pos = n;
+    if (r->n_prompt > n)
+        r->n_prompt = n;
 }

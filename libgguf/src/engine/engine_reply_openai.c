@@ -338,11 +338,23 @@ int eng_parse_openai(gguf_engine_reply *r, json_t *root, gguf_engine_endpoint ep
     json_t *usage;
     if ((rc = eng_get_object(&usage, root, "usage", &p, true, err)))
         return rc;
-    if (usage && r->n_pos > 0) {
+    if (usage) {
+        /* the split of an echo: a count that is not one, or more tokens than
+         * the reply has, would count the prompt as generated */
         json_t *ct = json_object_get(usage, "completion_tokens");
-        if (json_is_integer(ct) && json_integer_value(ct) >= 0 &&
-            json_integer_value(ct) < r->n_pos)
-            r->n_prompt = r->n_pos - (int64_t)json_integer_value(ct);
+        const size_t old = eng_path_key(&p, "usage");
+        eng_path_key(&p, "completion_tokens");
+        if (ct && !json_is_null(ct)) {
+            if (!json_is_integer(ct) || json_integer_value(ct) < 0)
+                return eng_bad(err, &p, "expected a count, got %s", eng_json_kind(ct));
+            r->completion_tokens = (int64_t)json_integer_value(ct);
+            if (r->n_pos > 0 && r->completion_tokens > r->n_pos)
+                return eng_bad(err, &p, "%lld, more than the reply's %lld positions",
+                               (long long)r->completion_tokens, (long long)r->n_pos);
+            if (r->n_pos > 0)
+                r->n_prompt = r->n_pos - r->completion_tokens;
+        }
+        eng_path_pop(&p, old);
     }
     for (int64_t i = 0; i < r->n_prompt; i++)
         r->pos[i].prompt = true;

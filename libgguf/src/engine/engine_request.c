@@ -45,6 +45,25 @@ static int set(json_t *obj, const char *key, json_t *v)
     return v ? json_object_set_new(obj, key, v) : -1;
 }
 
+/* Every sampling field an engine would otherwise take from the model's
+ * generation_config.json (vLLM; SGLang with model sampling defaults), at its
+ * neutral value: a Qwen model's repetition_penalty 1.05 makes the engine's
+ * greedy choice a penalized one. The OpenAI dialect gets only OpenAI's own
+ * fields (a strict server refuses others); vLLM and SGLang take top_k -1 as
+ * "every token" (vLLM's sampling_params.py, SGLang's sampling_params.py). */
+static int set_neutral_sampling(json_t *o, gguf_engine_api api)
+{
+    int bad = set(o, "top_p", json_real(1));
+    bad |= set(o, "presence_penalty", json_real(0));
+    bad |= set(o, "frequency_penalty", json_real(0));
+    if (api == GGUF_API_VLLM || api == GGUF_API_SGLANG) {
+        bad |= set(o, "top_k", json_integer(-1));
+        bad |= set(o, "min_p", json_real(0));
+        bad |= set(o, "repetition_penalty", json_real(1));
+    }
+    return bad;
+}
+
 int gguf_engine_request_build(char **out_body, const gguf_engine_request *rq, gguf_error *err)
 {
     *out_body = NULL;
@@ -89,6 +108,7 @@ int gguf_engine_request_build(char **out_body, const gguf_engine_request *rq, gg
         bad |= set(o, "prompt", prompt_value(rq));
         bad |= set(o, "max_tokens", json_integer(rq->max_tokens));
         bad |= set(o, "temperature", json_real(0));
+        bad |= set_neutral_sampling(o, api);
         bad |= set(o, "logprobs", json_integer(rq->top_k));
         if (rq->echo)
             bad |= set(o, "echo", json_true());
@@ -111,6 +131,7 @@ int gguf_engine_request_build(char **out_body, const gguf_engine_request *rq, gg
         bad |= set(o, "messages", json_incref(msgs));
         bad |= set(o, "max_tokens", json_integer(rq->max_tokens));
         bad |= set(o, "temperature", json_real(0));
+        bad |= set_neutral_sampling(o, api);
         bad |= set(o, "logprobs", json_true());
         bad |= set(o, "top_logprobs", json_integer(rq->top_k));
         if (vllm) {
@@ -130,8 +151,10 @@ int gguf_engine_request_build(char **out_body, const gguf_engine_request *rq, gg
         /* SGLang's GenerateReqInput (io_struct.py) and sampling_params.md */
         bad |= set(o, rq->text ? "text" : "input_ids", prompt_value(rq));
         bad |= set(o, "sampling_params",
-                   json_pack("{s:f, s:I}", "temperature", 0.0, "max_new_tokens",
-                             (json_int_t)rq->max_tokens));
+                   json_pack("{s:f, s:I, s:f, s:i, s:f, s:f, s:f, s:f}", "temperature", 0.0,
+                             "max_new_tokens", (json_int_t)rq->max_tokens, "top_p", 1.0, "top_k",
+                             -1, "min_p", 0.0, "repetition_penalty", 1.0, "presence_penalty",
+                             0.0, "frequency_penalty", 0.0));
         bad |= set(o, "return_logprob", json_true());
         bad |= set(o, "logprob_start_len", json_integer(rq->echo ? 0 : -1));
         bad |= set(o, "top_logprobs_num", json_integer(rq->top_k));
