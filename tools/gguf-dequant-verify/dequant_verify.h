@@ -47,6 +47,77 @@ void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_
 double dv_stats_mean(const dv_stats *s);
 double dv_stats_std(const dv_stats *s);
 
+/* ---- units out of line: blocks of the reference's scale grid, and rows ----
+ *
+ * A unit is a block of the reference's scale grid (FP8: weight_block_size,
+ * 128 x 128; NVFP4: 1 x 16; a plain reference: 1 x DV_PLAIN_BLOCK) or a row.
+ * Per unit: its error energy err = sum (x - ref)^2, its signal sig = sum ref^2,
+ * and its peak = sum over its elements of p^2, p the smaller of the GGUF's and
+ * the reference's largest magnitude in the element's DV_PEAK_WINDOW-element
+ * window of the row (1 for float GGUF types): the scale a quantized GGUF block
+ * rounds against, so that honest error / peak is about the same in every unit
+ * whatever the weights' distribution (outliers, loud channels).
+ *
+ * Over a tensor's units: E0 = median(err / n), R0 = median(err / peak), each
+ * floored at DV_OUTLIER_FLOOR_DB under the signal (median(peak / n) * 10^-6,
+ * 10^-6) so that a tensor of exact units still has an error scale. A unit's
+ *   excess = min((err / n) / E0, (err / peak) / R0)
+ * is how many times more error it has than the tensor's typical unit, both in
+ * absolute terms and for its amplitude; excess >= DV_OUTLIER_DB (in dB) flags
+ * it. Medians come from every unit, or from the first DV_UNITS_CAP units of a
+ * larger tensor (then fixed: memory stays bounded). docs/gguf-dequant-verify.md
+ * has the measurements behind the constants.
+ */
+#define DV_OUTLIER_DB 10.0
+#define DV_OUTLIER_FLOOR_DB 60.0
+#define DV_UNITS_CAP ((size_t)1 << 20)
+#define DV_PEAK_WINDOW 32
+#define DV_PLAIN_BLOCK 32
+
+typedef struct dv_unit {
+    double err, sig, peak;
+    int64_t row;   /* first row: the reference's row (experts: expert * rows + row) */
+    int32_t col;   /* first column */
+    uint32_t n;    /* elements */
+} dv_unit;
+
+typedef struct dv_units {
+    dv_unit *held;        /* units waiting for the medians */
+    size_t n_held, cap_held;
+    bool fixed;           /* medians computed; later units are scored at once */
+    bool from_first;      /* the medians come from the first DV_UNITS_CAP units only */
+    double e0, r0;        /* typical error per element, typical err / peak (floored) */
+    double median_snr_db; /* median of the units' SNR (INFINITY: exact) */
+    uint64_t count, flagged;
+    dv_unit worst;        /* the largest excess (the first of equals) */
+    double worst_excess;  /* linear; -1 before any unit */
+    double flag_at;       /* DV_OUTLIER_DB, linear */
+    bool oom;
+} dv_units;
+
+void dv_units_init(dv_units *u);
+/* Add one unit: held until the medians are known (DV_UNITS_CAP units or the
+ * end), scored at once after. */
+void dv_units_add(dv_units *u, const dv_unit *x);
+/* Score what is held (medians from it when not yet fixed). */
+void dv_units_finish(dv_units *u);
+void dv_units_free(dv_units *u);
+/* A unit's excess (linear) against the medians; INFINITY for a NaN error. */
+double dv_unit_excess(const dv_units *u, const dv_unit *x);
+
+/* What the report says about one kind of unit of one tensor. */
+typedef struct dv_unit_report {
+    bool have;
+    int64_t unit_rows, unit_cols; /* the unit's shape on the reference's grid */
+    int64_t mat_rows, mat_cols;   /* one matrix (experts: one expert) */
+    bool experts;                 /* rows count experts * mat_rows */
+    uint64_t count, flagged;
+    bool from_first;
+    double median_snr_db;
+    dv_unit worst;
+    double worst_excess_db;       /* -INFINITY: every unit exact */
+} dv_unit_report;
+
 /* ---- GGUF -> HF mapping and the comparison ---- */
 typedef struct dv_ref_result {
     bool compared;
@@ -57,6 +128,8 @@ typedef struct dv_ref_result {
     char note[768];
     double rel_rms, snr_db, expect_snr_db;
     double err_sq, ref_sq; /* sums, for the record */
+    dv_unit_report blocks, rows; /* the worst block and row; status "fail" when flagged */
+    bool outlier;          /* failed by a block or row out of line, not by the SNR */
 } dv_ref_result;
 
 /* Expected minimum SNR (dB) of a quantization type against its source. */
@@ -75,9 +148,22 @@ void dv_model_info_read(dv_model_info *mi, const gguf_set *set);
  * (bounded memory): dv_ref_begin resolves the HF name and checks the shape
  * (status "missing" / "shape" / "skipped" when there is nothing to compare),
  * dv_ref_rows takes rows [row0, row0 + n_rows) of the GGUF tensor (rows of
- * ne[0] elements), dv_ref_end computes rel_rms / snr_db and sets "ok" or
- * "fail". A status "fail" or "shape" means the tensor failed.
+ * ne[0] elements), dv_ref_end computes rel_rms / snr_db, the worst block and
+ * row, and sets "ok" or "fail" (a low SNR, or a block or row out of line). A
+ * status "fail" or "shape" means the tensor failed.
  */
+/* Accumulates the units of one tensor as its rows come (dequant_verify_ref.c). */
+typedef struct dv_grid {
+    int64_t br, bc;            /* unit shape: rows x columns of the reference's grid */
+    int64_t mat_rows, cols;    /* one matrix of the reference (experts: one expert) */
+    int64_t nbr, nbc, n_mat;   /* units per matrix column / row, matrices */
+    int64_t win;               /* peak window: DV_PEAK_WINDOW or 1 */
+    bool blocks_on;            /* false when the grid is too large to hold */
+    dv_unit *acc;              /* br > 1: the whole grid; br == 1: one row's units */
+    double *wpk;               /* peak^2 of each window of the current row */
+    dv_units blocks, rows;
+} dv_grid;
+
 typedef struct dv_ref_map {
     int kind;                  /* 0 none, 1 plain, 2 llama q/k rows, 3 stacked experts */
     gguf_st_weight src;        /* plain / permuted */
@@ -86,13 +172,14 @@ typedef struct dv_ref_map {
     int64_t head_dim;
     float *buf;                /* reference rows, dequantized */
     size_t buf_n;
+    dv_grid grid;
 } dv_ref_map;
 
 void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, const gguf_st_set *st,
                   const gguf_tensor *t);
 void dv_ref_rows(dv_ref_result *r, dv_ref_map *m, const gguf_tensor *t, const float *x,
                  int64_t row0, int64_t n_rows);
-void dv_ref_end(dv_ref_result *r, const gguf_tensor *t);
+void dv_ref_end(dv_ref_result *r, dv_ref_map *m, const gguf_tensor *t);
 void dv_ref_map_free(dv_ref_map *m);
 
 /* True for tensors that are compared only through the kv_b_proj reassembly. */

@@ -110,6 +110,7 @@ typedef struct run_state {
     int name_width;
     /* totals */
     int64_t n_tensors, n_nonfinite_tensors, n_ref_fail, n_ref_ok, n_ref_missing, n_gpu_diff;
+    int64_t n_ref_outlier; /* of n_ref_fail: a block or row out of line, the SNR passing */
     uint64_t total_nan, total_inf;
     bool gpu_ok;
     bool gpu_failed; /* the GPU was there but a CUDA call failed mid-run */
@@ -141,6 +142,81 @@ static void print_ne(FILE *f, const gguf_tensor *t, bool numpy)
     fputc(']', f);
 }
 
+/* The unit's place on the reference's grid: rows [r0, r1), cols [c0, c1),
+ * the expert for a stack of experts. */
+static void unit_span(const dv_unit_report *u, int64_t *expert, int64_t *r0, int64_t *r1,
+                      int64_t *c0, int64_t *c1)
+{
+    const int64_t mr = u->mat_rows > 0 ? u->mat_rows : 1;
+    const int64_t in_mat = u->worst.row % mr; /* units never cross matrices */
+    *expert = u->experts ? u->worst.row / mr : -1;
+    *r0 = u->experts ? in_mat : u->worst.row;
+    *r1 = *r0 + (u->unit_rows < mr - in_mat ? u->unit_rows : mr - in_mat);
+    *c0 = u->worst.col;
+    *c1 = *c0 + u->unit_cols < u->mat_cols ? *c0 + u->unit_cols : u->mat_cols;
+}
+
+static double unit_snr_db(const dv_unit *u)
+{
+    if (isnan(u->err))
+        return -INFINITY;
+    return u->err > 0 ? 10.0 * log10(u->sig / u->err) : INFINITY;
+}
+
+static void json_units(FILE *f, const dv_unit_report *u)
+{
+    if (!u->have) {
+        fputs("null", f);
+        return;
+    }
+    int64_t e, r0, r1, c0, c1;
+    unit_span(u, &e, &r0, &r1, &c0, &c1);
+    fprintf(f, "{\"unit\": [%lld, %lld], \"count\": %llu, \"flagged\": %llu, \"median_snr_db\": ",
+            (long long)u->unit_rows, (long long)u->unit_cols, (unsigned long long)u->count,
+            (unsigned long long)u->flagged);
+    cli_json_num(f, u->median_snr_db);
+    fprintf(f, ", \"threshold_db\": ");
+    cli_json_num(f, DV_OUTLIER_DB);
+    fprintf(f, ", \"medians_from_first\": %s, \"worst\": {\"expert\": ",
+            u->from_first ? "true" : "false");
+    cli_json_num(f, e >= 0 ? (double)e : NAN);
+    fprintf(f, ", \"rows\": [%lld, %lld], \"cols\": [%lld, %lld], \"snr_db\": ", (long long)r0,
+            (long long)r1, (long long)c0, (long long)c1);
+    cli_json_num(f, unit_snr_db(&u->worst));
+    fprintf(f, ", \"rel_rms\": ");
+    cli_json_num(f, u->worst.sig > 0 ? sqrt(u->worst.err / u->worst.sig) : NAN);
+    fprintf(f, ", \"excess_db\": ");
+    cli_json_num(f, u->worst_excess_db);
+    fprintf(f, ", \"flagged\": %s}}", u->worst_excess_db >= DV_OUTLIER_DB ? "true" : "false");
+}
+
+/* "worst block [r0:r1, c0:c1] of N (BRxBC): SNR .. dB (median ..) excess .. dB  ok|FLAGGED" */
+static void print_units(FILE *f, int indent, const char *what, const dv_unit_report *u)
+{
+    if (!u->have || u->worst_excess_db == -INFINITY)
+        return; /* every unit exact: nothing to name */
+    int64_t e, r0, r1, c0, c1;
+    unit_span(u, &e, &r0, &r1, &c0, &c1);
+    fprintf(f, "%*sworst %s ", indent, "", what);
+    if (e >= 0)
+        fprintf(f, "expert %lld ", (long long)e);
+    if (u->unit_cols == 1 || strcmp(what, "row") != 0)
+        fprintf(f, "[%lld:%lld, %lld:%lld]", (long long)r0, (long long)r1, (long long)c0,
+                (long long)c1);
+    else
+        fprintf(f, "%lld", (long long)r0);
+    fprintf(f, " of %llu", (unsigned long long)u->count);
+    if (strcmp(what, "row") != 0)
+        fprintf(f, " (%lldx%lld)", (long long)u->unit_rows, (long long)u->unit_cols);
+    fprintf(f, ": SNR %.1f dB (median %.1f) excess %.1f dB  ", unit_snr_db(&u->worst),
+            u->median_snr_db, u->worst_excess_db);
+    if (u->flagged)
+        fprintf(f, "FLAGGED: %llu %s%s out of line\n", (unsigned long long)u->flagged, what,
+                u->flagged > 1 ? "s" : "");
+    else
+        fprintf(f, "ok\n");
+}
+
 static void json_ref(FILE *f, const dv_ref_result *r)
 {
     fprintf(f, "{\"hf_name\": ");
@@ -160,6 +236,10 @@ static void json_ref(FILE *f, const dv_ref_result *r)
     cli_json_num(f, r->expect_snr_db);
     fprintf(f, ", \"note\": ");
     cli_json_str(f, r->note, SIZE_MAX);
+    fprintf(f, ", \"outlier\": %s, \"blocks\": ", r->outlier ? "true" : "false");
+    json_units(f, &r->blocks);
+    fprintf(f, ", \"rows\": ");
+    json_units(f, &r->rows);
     fputc('}', f);
 }
 
@@ -248,7 +328,10 @@ static void report_tensor(run_state *rs, const gguf_tensor *t, const dv_stats *s
                     strcmp(ref->ref_format, "plain") ? ref->ref_format : "", ref->snr_db, ref->expect_snr_db,
                     ref->rel_rms, !strcmp(ref->status, "ok") ? "ok" : "FAIL",
                     ref->note[0] ? "  " : "", ref->note);
-        else
+        if (ref->compared) {
+            print_units(f, rs->name_width + 3, "block", &ref->blocks);
+            print_units(f, rs->name_width + 3, "row", &ref->rows);
+        } else
             fprintf(f, "%*s   vs %s: %s%s%s\n", rs->name_width, "", ref->hf_name[0] ? ref->hf_name : "-",
                     !strcmp(ref->status, "shape") ? "SHAPE MISMATCH" : ref->status,
                     ref->note[0] ? ": " : "", ref->note);
@@ -307,6 +390,10 @@ static void report_kvb(run_state *rs, const dv_ref_result *r, int64_t layer)
                 !strcmp(r->status, "ok") ? "ok" : "FAIL");
     else
         fprintf(f, "%s: %s\n", r->status, r->note);
+    if (r->compared) {
+        print_units(f, 2, "block", &r->blocks);
+        print_units(f, 2, "row", &r->rows);
+    }
 }
 
 /* Done with these file bytes: drop their pages from this process (a read-only
@@ -406,7 +493,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
         return rc;
     }
     if (have_ref)
-        dv_ref_end(&ref, t);
+        dv_ref_end(&ref, &map, t);
     if (gpu_state >= 0 && gpu_diff > 0) {
         gpu_state = 1;
         rs->n_gpu_diff++;
@@ -420,6 +507,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
     if (have_ref) {
         if (ref_failed(&ref)) {
             rs->n_ref_fail++;
+            rs->n_ref_outlier += ref.outlier;
             failed = 1;
         } else if (!strcmp(ref.status, "ok")) {
             rs->n_ref_ok++;
@@ -452,9 +540,10 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
             dv_kv_b_compare(&kr, rs->st, p->layer, p->k, p->kx, p->v, p->vx);
             report_kvb(rs, &kr, p->layer);
             failed |= ref_failed(&kr);
-            if (ref_failed(&kr))
+            if (ref_failed(&kr)) {
                 rs->n_ref_fail++;
-            else if (!strcmp(kr.status, "ok"))
+                rs->n_ref_outlier += kr.outlier;
+            } else if (!strcmp(kr.status, "ok"))
                 rs->n_ref_ok++;
             free(p->kx);
             free(p->vx);
@@ -684,10 +773,11 @@ int main(int argc, char **argv)
         }
         printf("%s],\n  \"summary\": {\"tensors\": %lld, \"nonfinite_tensors\": %lld, "
                "\"nan\": %llu, \"inf\": %llu, \"reference_ok\": %lld, \"reference_failed\": %lld, "
-               "\"reference_missing\": %lld, \"gpu\": ",
+               "\"reference_outliers\": %lld, \"reference_missing\": %lld, \"gpu\": ",
                rs.n_kvb_out ? "\n  " : "", (long long)rs.n_tensors, (long long)rs.n_nonfinite_tensors,
                (unsigned long long)rs.total_nan, (unsigned long long)rs.total_inf,
-               (long long)rs.n_ref_ok, (long long)rs.n_ref_fail, (long long)rs.n_ref_missing);
+               (long long)rs.n_ref_ok, (long long)rs.n_ref_fail, (long long)rs.n_ref_outlier,
+               (long long)rs.n_ref_missing);
         if (!o.gpu)
             printf("null");
         else if (!rs.gpu_ok) {
@@ -709,9 +799,13 @@ int main(int argc, char **argv)
                    o.allow_nonfinite ? " (allowed)" : "");
         else
             printf(", all values finite");
-        if (rs.st)
-            printf("; reference: %lld ok, %lld failed, %lld missing", (long long)rs.n_ref_ok,
-                   (long long)rs.n_ref_fail, (long long)rs.n_ref_missing);
+        if (rs.st) {
+            printf("; reference: %lld ok, %lld failed", (long long)rs.n_ref_ok,
+                   (long long)rs.n_ref_fail);
+            if (rs.n_ref_outlier)
+                printf(" (%lld by a block or row out of line)", (long long)rs.n_ref_outlier);
+            printf(", %lld missing", (long long)rs.n_ref_missing);
+        }
         if (o.gpu)
             printf("; GPU%s%s%s: %s", rs.gpu_ok ? " (" : "", rs.gpu_ok ? rs.gpu_why : "",
                    rs.gpu_ok ? ")" : "",

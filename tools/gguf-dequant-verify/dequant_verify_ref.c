@@ -18,6 +18,19 @@
  *   - MLA: HF kv_b_proj [n_head*(nope+v), kv_lora] holds per head nope k
  *     rows then v rows; GGUF attn_k_b (ne [nope, kv_lora, n_head]) is the k
  *     part transposed per head, attn_v_b (ne [kv_lora, v, n_head]) the v part.
+ *
+ * Besides the global SNR, every comparison is cut into units (dequant_verify.h):
+ * the blocks of the reference's scale grid, and its rows. On the reference's
+ * coordinates (HF row, HF column; a row r of matrix m of a stack is m * rows + r):
+ *
+ *     FP8 128 x 128           NVFP4 1 x 16             plain: 1 x 32
+ *     +------+------+--       +-+-+-+-+-+-+--          +--+--+--+--
+ *     |      |      |         +-+-+-+-+-+-+--          +--+--+--+--
+ *     | 128  |      |         +-+-+-+-+-+-+--          +--+--+--+--
+ *     +------+------+--        16 cols, 1 row           32 cols, 1 row
+ *
+ * A grid of more than one row per block is held whole (rows may come in any
+ * order: llama's Q/K permutation); a one-row grid is scored row by row.
  */
 #include "dequant_verify.h"
 
@@ -205,10 +218,197 @@ static int find_ref(dv_ref_result *r, const gguf_st_set *st, const char *name, g
     return -1;
 }
 
+/* ---- the units: blocks of the reference's grid, and rows ---- */
+
+/* Units of more than one row are held whole, up to this many (16 MiB at 40 B). */
+#define DV_GRID_MAX_HELD ((int64_t)1 << 22)
+
+static void grid_free(dv_grid *g)
+{
+    free(g->acc);
+    free(g->wpk);
+    dv_units_free(&g->blocks);
+    dv_units_free(&g->rows);
+    memset(g, 0, sizeof *g);
+}
+
+/* The unit shape a reference weight's format defines: its scale block, or
+ * 1 x DV_PLAIN_BLOCK for a plain dtype. */
+static void grid_shape(const gguf_st_weight *w, int64_t *br, int64_t *bc)
+{
+    *br = 1;
+    *bc = DV_PLAIN_BLOCK;
+    if (w->format != GGUF_ST_FMT_PLAIN && w->block_rows > 0 && w->block_cols > 0) {
+        *br = w->block_rows;
+        *bc = w->block_cols;
+    }
+}
+
+/* Set up the units of n_mat matrices of mat_rows x cols, compared with a GGUF
+ * of that type. Returns 0, or -1 when out of memory (then no units). */
+static int grid_begin(dv_grid *g, const gguf_st_weight *w, int64_t mat_rows, int64_t n_mat,
+                      int64_t cols, uint32_t type)
+{
+    memset(g, 0, sizeof *g);
+    dv_units_init(&g->blocks);
+    dv_units_init(&g->rows);
+    if (cols < 1 || cols > INT32_MAX || mat_rows < 1 || n_mat < 1)
+        return -1;
+    grid_shape(w, &g->br, &g->bc);
+    if (g->br > mat_rows)
+        g->br = mat_rows;
+    if (g->bc > cols)
+        g->bc = cols;
+    g->mat_rows = mat_rows;
+    g->cols = cols;
+    g->n_mat = n_mat;
+    if (g->br * g->bc > INT32_MAX) { /* one scale for a whole matrix: rows say it all */
+        g->br = 1;
+        g->bc = cols;
+    }
+    g->nbr = (mat_rows + g->br - 1) / g->br;
+    g->nbc = (cols + g->bc - 1) / g->bc;
+    const gguf_type_info *ti = gguf_type_get(type);
+    g->win = ti && ti->block_size > 1 ? DV_PEAK_WINDOW : 1;
+    const int64_t held = g->br > 1 ? n_mat * g->nbr * g->nbc : g->nbc;
+    g->blocks_on = held <= DV_GRID_MAX_HELD;
+    g->acc = calloc((size_t)(g->blocks_on ? held : 1), sizeof *g->acc);
+    g->wpk = malloc(sizeof(double) * (size_t)((cols + g->win - 1) / g->win));
+    if (!g->acc || !g->wpk) {
+        grid_free(g);
+        return -1;
+    }
+    return 0;
+}
+
+/* peak^2 of each window of a row: the smaller of the two sides' largest
+ * magnitude, so that a doubled block on either side does not raise it. */
+static void grid_peaks(dv_grid *g, const float *x, const float *r)
+{
+    for (int64_t w0 = 0, k = 0; w0 < g->cols; w0 += g->win, k++) {
+        const int64_t w1 = w0 + g->win < g->cols ? w0 + g->win : g->cols;
+        float ax = 0, ar = 0;
+        for (int64_t c = w0; c < w1; c++) { /* not fmaxf: a libm call without -ffast-math */
+            const float a = fabsf(x[c]), e = fabsf(r[c]);
+            ax = a > ax ? a : ax;
+            ar = e > ar ? e : ar;
+        }
+        const double p = ax < ar ? ax : ar;
+        g->wpk[k] = p * p;
+    }
+}
+
+/* Error and signal energy of n elements, four sums at a time (the additions
+ * do not wait on each other). */
+static void seg_sums(const float *x, const float *r, int64_t n, double *err, double *sig)
+{
+    double e[4] = {0}, s[4] = {0};
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int k = 0; k < 4; k++) {
+            const double b = r[c + k], d = (double)x[c + k] - b;
+            e[k] += d * d;
+            s[k] += b * b;
+        }
+    for (; c < n; c++) {
+        const double b = r[c], d = (double)x[c] - b;
+        e[0] += d * d;
+        s[0] += b * b;
+    }
+    *err = (e[0] + e[1]) + (e[2] + e[3]);
+    *sig = (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* Columns [c0, c1) of one row: their sums, added to a unit (may be NULL) and to the row. */
+static void seg_add(dv_unit *u, dv_unit *row, const dv_grid *g, const float *x, const float *r,
+                    int64_t c0, int64_t c1)
+{
+    double e, s, p = 0;
+    seg_sums(x + c0, r + c0, c1 - c0, &e, &s);
+    for (int64_t c = c0; c < c1;) { /* peaks a window at a time */
+        const int64_t k = c / g->win, end = (k + 1) * g->win < c1 ? (k + 1) * g->win : c1;
+        p += g->wpk[k] * (double)(end - c);
+        c = end;
+    }
+    row->err += e;
+    row->sig += s;
+    row->peak += p;
+    row->n += (uint32_t)(c1 - c0);
+    if (u) {
+        u->err += e;
+        u->sig += s;
+        u->peak += p;
+        u->n += (uint32_t)(c1 - c0);
+    }
+}
+
+/* One row of the reference's coordinates: flat = matrix * mat_rows + row. */
+static void grid_row(dv_grid *g, int64_t flat, const float *x, const float *r)
+{
+    grid_peaks(g, x, r);
+    dv_unit row = {.row = flat};
+    dv_unit *line = NULL;
+    if (g->blocks_on) {
+        const int64_t mat = flat / g->mat_rows, brow = (flat % g->mat_rows) / g->br;
+        line = g->br > 1 ? g->acc + (mat * g->nbr + brow) * g->nbc : g->acc;
+    }
+    for (int64_t b = 0; b < g->nbc; b++) {
+        const int64_t c0 = b * g->bc, c1 = c0 + g->bc < g->cols ? c0 + g->bc : g->cols;
+        if (line && g->br == 1)
+            line[b] = (dv_unit){.row = flat, .col = (int32_t)c0};
+        seg_add(line ? &line[b] : NULL, &row, g, x, r, c0, c1);
+        if (line && g->br == 1)
+            dv_units_add(&g->blocks, &line[b]);
+    }
+    dv_units_add(&g->rows, &row);
+}
+
+static void grid_report(dv_unit_report *rep, dv_units *u, const dv_grid *g, int64_t br,
+                        int64_t bc, bool experts)
+{
+    dv_units_finish(u);
+    memset(rep, 0, sizeof *rep);
+    rep->have = !u->oom && u->count > 0;
+    rep->unit_rows = br;
+    rep->unit_cols = bc;
+    rep->mat_rows = g->mat_rows;
+    rep->mat_cols = g->cols;
+    rep->experts = experts;
+    rep->count = u->count;
+    rep->flagged = u->flagged;
+    rep->from_first = u->from_first;
+    rep->median_snr_db = u->median_snr_db;
+    rep->worst = u->worst;
+    rep->worst_excess_db = u->worst_excess > 0 ? 10.0 * log10(u->worst_excess) : -INFINITY;
+}
+
+/* Score the held grid, fill the result's block and row reports, free the grid. */
+static void grid_end(dv_grid *g, dv_ref_result *r, bool experts)
+{
+    if (!g->acc)
+        return;
+    if (g->blocks_on && g->br > 1) {
+        for (int64_t m = 0; m < g->n_mat; m++)
+            for (int64_t br = 0; br < g->nbr; br++)
+                for (int64_t b = 0; b < g->nbc; b++) {
+                    dv_unit *u = &g->acc[(m * g->nbr + br) * g->nbc + b];
+                    u->row = m * g->mat_rows + br * g->br;
+                    u->col = (int32_t)(b * g->bc);
+                    if (u->n)
+                        dv_units_add(&g->blocks, u);
+                }
+    }
+    if (g->blocks_on)
+        grid_report(&r->blocks, &g->blocks, g, g->br, g->bc, experts);
+    grid_report(&r->rows, &g->rows, g, 1, g->cols, experts);
+    grid_free(g);
+}
+
 void dv_ref_map_free(dv_ref_map *m)
 {
     free(m->experts);
     free(m->buf);
+    grid_free(&m->grid);
     memset(m, 0, sizeof *m);
 }
 
@@ -259,6 +459,7 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
         }
         m->kind = 3;
         map_name(mi, t->name, -1, r->hf_name, sizeof r->hf_name, &is_exps, &is_llama_qk);
+        grid_begin(&m->grid, &m->experts[0], shape[1], shape[0], t->ne[0], t->type);
     } else {
         if (find_ref(r, st, r->hf_name, &m->src) != 0)
             return;
@@ -282,6 +483,12 @@ void dv_ref_begin(dv_ref_result *r, dv_ref_map *m, const dv_model_info *mi, cons
                          "rows un-permuted per head (llama converter's RoPE permutation)");
             }
         }
+        /* a stack of matrices in one reference tensor: each has its own grid */
+        const int64_t ne0 = t->ne[0] > 0 ? t->ne[0] : 1, rows = t->n_elements / ne0;
+        int64_t per = rows;
+        if (m->src.format != GGUF_ST_FMT_PLAIN && m->src.mat_rows > 0 && rows % m->src.mat_rows == 0)
+            per = m->src.mat_rows;
+        grid_begin(&m->grid, &m->src, per, rows / per, ne0, t->type);
     }
     r->compared = true;
 }
@@ -339,7 +546,8 @@ void dv_ref_rows(dv_ref_result *r, dv_ref_map *m, const gguf_tensor *t, const fl
         snprintf(r->note, sizeof r->note, "cannot read the reference rows (out of memory)");
         return;
     }
-    const int64_t n = n_rows * (t->ne[0] > 0 ? t->ne[0] : 1);
+    const int64_t ne0 = t->ne[0] > 0 ? t->ne[0] : 1;
+    const int64_t n = n_rows * ne0;
     double err = 0, ref = 0;
     for (int64_t i = 0; i < n; i++) {
         const double b = m->buf[i];
@@ -349,6 +557,22 @@ void dv_ref_rows(dv_ref_result *r, dv_ref_map *m, const gguf_tensor *t, const fl
     }
     r->err_sq += err;
     r->ref_sq += ref;
+    if (!m->grid.acc)
+        return;
+    for (int64_t i = 0; i < n_rows; i++) { /* units on the reference's rows */
+        const int64_t row = row0 + i;
+        const int64_t flat = m->kind == 2 ? gguf_llama_qk_row_to_hf(row, m->head_dim) : row;
+        grid_row(&m->grid, flat, x + i * ne0, m->buf + i * ne0);
+    }
+}
+
+/* A block or row far out of line fails a tensor whose SNR passed. */
+static void apply_outliers(dv_ref_result *r)
+{
+    if (strcmp(r->status, "ok") != 0 || (!r->blocks.flagged && !r->rows.flagged))
+        return;
+    snprintf(r->status, sizeof r->status, "fail");
+    r->outlier = true;
 }
 
 static void finish(dv_ref_result *r)
@@ -361,11 +585,14 @@ static void finish(dv_ref_result *r)
     snprintf(r->status, sizeof r->status, "%s", ok ? "ok" : "fail");
 }
 
-void dv_ref_end(dv_ref_result *r, const gguf_tensor *t)
+void dv_ref_end(dv_ref_result *r, dv_ref_map *m, const gguf_tensor *t)
 {
     (void)t;
-    if (r->compared)
-        finish(r);
+    if (!r->compared)
+        return;
+    finish(r);
+    grid_end(&m->grid, r, m->kind == 3);
+    apply_outliers(r);
 }
 
 void dv_kv_b_compare(dv_ref_result *r, const gguf_st_set *st, int64_t layer,
@@ -430,6 +657,15 @@ void dv_kv_b_compare(dv_ref_result *r, const gguf_st_set *st, int64_t layer,
     snprintf(r->note, sizeof r->note, "reassembled from attn_k_b (transposed per head) and "
              "attn_v_b; reference %s %s", r->ref_dtype, r->ref_format);
     finish(r);
+    /* units: peak windows as for the quantized half (or plain when neither is) */
+    const gguf_type_info *tk = gguf_type_get(kb->type);
+    dv_grid g;
+    if (grid_begin(&g, &ref, rows, 1, lora, tk && tk->block_size > 1 ? kb->type : vb->type) == 0) {
+        for (int64_t i = 0; i < rows; i++)
+            grid_row(&g, i, kv + i * lora, rf + i * lora);
+        grid_end(&g, r, false);
+        apply_outliers(r);
+    }
     free(kv);
     free(rf);
 }

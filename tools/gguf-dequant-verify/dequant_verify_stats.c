@@ -347,3 +347,186 @@ void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_
     }
     s->n_blocks += n_blocks;
 }
+
+/* ---- units out of line (see dequant_verify.h) ---- */
+
+void dv_units_init(dv_units *u)
+{
+    memset(u, 0, sizeof *u);
+    u->worst_excess = -1;
+    u->median_snr_db = INFINITY;
+    u->flag_at = pow(10.0, DV_OUTLIER_DB / 10.0);
+}
+
+void dv_units_free(dv_units *u)
+{
+    free(u->held);
+    u->held = NULL;
+    u->n_held = u->cap_held = 0;
+}
+
+/* The k-th smallest of v[0..n) (v is reordered): quickselect with a
+ * three-way partition, so that many equal values (exact units) stay linear. */
+static double quickselect(double *v, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n; /* the k-th lies in [lo, hi) */
+    while (hi - lo > 1) {
+        const double piv = v[lo + (hi - lo) / 2];
+        size_t lt = lo, i = lo, gt = hi;
+        while (i < gt) {
+            const double t = v[i];
+            if (t < piv) {
+                v[i++] = v[lt];
+                v[lt++] = t;
+            } else if (t > piv) {
+                v[i] = v[--gt];
+                v[gt] = t;
+            } else {
+                i++;
+            }
+        }
+        if (k < lt)
+            hi = lt;
+        else if (k >= gt)
+            lo = gt;
+        else
+            return piv;
+    }
+    return v[lo];
+}
+
+/* The k-th smallest of n non-negative values (v is reordered). Their bit
+ * patterns sort as the values do: a histogram of the top 16 bits finds the
+ * k-th's bucket in one branch-free pass, and quickselect finishes inside it
+ * (a million units: milliseconds, where quickselect alone mispredicts). */
+static double select_kth(double *v, size_t n, size_t k)
+{
+    enum { BITS = 16 };
+    uint32_t *count = n > 4096 ? calloc((size_t)1 << BITS, sizeof *count) : NULL;
+    if (!count)
+        return quickselect(v, n, k);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &v[i], sizeof u);
+        count[u >> (64 - BITS)]++;
+    }
+    size_t below = 0, b = 0;
+    while (below + count[b] <= k)
+        below += count[b++];
+    free(count);
+    size_t m = 0; /* the bucket's values to the front */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &v[i], sizeof u);
+        if (u >> (64 - BITS) == b)
+            v[m++] = v[i];
+    }
+    return quickselect(v, m, k - below);
+}
+
+enum { MED_MSE, MED_REL, MED_PEAK, MED_SNR };
+
+/* Median over the held units (NaN errors left out) of one quantity. */
+static double units_median(const dv_units *u, int what, double *v)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < u->n_held; i++) {
+        const dv_unit *x = &u->held[i];
+        if (isnan(x->err))
+            continue;
+        if (what == MED_MSE && (x->err > 0 || x->sig > 0))
+            v[n++] = x->err / x->n;
+        else if (what == MED_REL && x->peak > 0)
+            v[n++] = x->err / x->peak;
+        else if (what == MED_PEAK && x->peak > 0)
+            v[n++] = x->peak / x->n;
+        else if (what == MED_SNR && x->sig > 0)
+            v[n++] = x->err / x->sig;
+    }
+    return n ? select_kth(v, n, n / 2) : 0.0;
+}
+
+/* The medians from the held units: E0, R0 (floored) and the median unit SNR. */
+static void units_medians(dv_units *u, double *scratch)
+{
+    const double floor = pow(10.0, -DV_OUTLIER_FLOOR_DB / 10.0);
+    const double me = units_median(u, MED_MSE, scratch);
+    const double mr = units_median(u, MED_REL, scratch);
+    const double mp = units_median(u, MED_PEAK, scratch);
+    const double ms = units_median(u, MED_SNR, scratch);
+    u->e0 = me > mp * floor ? me : mp * floor;
+    u->r0 = mr > floor ? mr : floor;
+    u->median_snr_db = ms > 0 ? -10.0 * log10(ms) : INFINITY;
+    u->fixed = true;
+}
+
+double dv_unit_excess(const dv_units *u, const dv_unit *x)
+{
+    if (isnan(x->err))
+        return INFINITY;
+    if (x->err <= 0)
+        return 0.0;
+    const double a = u->e0 > 0 ? (x->err / x->n) / u->e0 : INFINITY;
+    const double b = x->peak > 0 ? (x->err / x->peak) / u->r0 : INFINITY;
+    return a < b ? a : b;
+}
+
+static void units_score(dv_units *u, const dv_unit *x)
+{
+    const double ex = dv_unit_excess(u, x);
+    u->count++;
+    u->flagged += ex >= u->flag_at;
+    if (ex > u->worst_excess) {
+        u->worst_excess = ex;
+        u->worst = *x;
+    }
+}
+
+/* Fix the medians from what is held, score it and let it go (later units are
+ * scored as they come). */
+static void units_flush(dv_units *u)
+{
+    if (!u->fixed) {
+        double *scratch = malloc(sizeof(double) * (u->n_held ? u->n_held : 1));
+        if (!scratch) {
+            u->oom = true;
+            return;
+        }
+        units_medians(u, scratch);
+        free(scratch);
+    }
+    for (size_t i = 0; i < u->n_held; i++)
+        units_score(u, &u->held[i]);
+    dv_units_free(u);
+}
+
+void dv_units_add(dv_units *u, const dv_unit *x)
+{
+    if (u->oom)
+        return;
+    if (u->fixed) { /* past DV_UNITS_CAP: scored against the first units' medians */
+        u->from_first = true;
+        units_score(u, x);
+        return;
+    }
+    if (u->n_held == u->cap_held) {
+        const size_t cap = u->cap_held ? u->cap_held * 2 : 1024;
+        dv_unit *h = realloc(u->held, sizeof *h * cap);
+        if (!h) {
+            u->oom = true;
+            return;
+        }
+        u->held = h;
+        u->cap_held = cap;
+    }
+    u->held[u->n_held++] = *x;
+    if (u->n_held == DV_UNITS_CAP) /* enough to know the tensor: fix the medians */
+        units_flush(u);
+}
+
+void dv_units_finish(dv_units *u)
+{
+    if (!u->oom && (!u->fixed || u->n_held))
+        units_flush(u);
+    dv_units_free(u);
+}

@@ -3,6 +3,7 @@
  * log-probabilities, teacher-force the engine's own tokens through the
  * reference, and say whether and where they disagree. docs/check-engine.md. */
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <signal.h>
 #include <unistd.h>
@@ -336,6 +337,15 @@ static int reference(const ce_opts *o, const gguf_model *m, ce_result *r,
     if (!rc)
         rc = gguf_engine_compare(&r->cmp, r->reply, r->n_seq_prompt, logits, n_eval, V, tol, err);
     free(logits);
+    /* a verdict needs one number compared: a reply whose every token names
+     * nothing (text-only, unresolvable) gives none, and that is no agreement */
+    bool measured = false;
+    for (int64_t k = 0; !rc && k < r->cmp->n_pos && !measured; k++)
+        measured = !isnan(r->cmp->pos[k].dlogprob) || !isnan(r->cmp->pos[k].dlogprob_top);
+    if (!rc && !measured)
+        rc = gguf_error_setf(err, GGUF_E_UNSUPPORTED, 0,
+                             "nothing to compare: no token of the reply names one of the "
+                             "vocabulary (text-only replies; ask for ids: --api vllm)");
     return rc;
 }
 
@@ -483,11 +493,9 @@ done:
         free(res[i]);
     }
     free(res);
-    if (ctx.vocab) {
-        for (int64_t i = 0; i < ctx.n_vocab; i++)
-            free((char *)ctx.vocab[i]);
-        free(ctx.vocab);
-    }
+    for (int64_t i = 0; i < ctx.n_texts; i++)
+        free((char *)ctx.texts[i].text);
+    free(ctx.texts);
     refwd_http_free(ctx.http);
     gguf_tokenizer_free(tok);
     gguf_model_free(m);

@@ -43,7 +43,8 @@ typedef struct ce_ctx {
     const gguf_tokenizer *tok;    /* its tokenizer, NULL when it has none */
     int64_t n_vocab;
     int64_t max_positions;        /* bound on the sequence the reference runs */
-    const char **vocab;           /* token texts for text-only replies, built on demand */
+    gguf_engine_text *texts;      /* how the engine may write each token, built on demand */
+    int64_t n_texts;
 } ce_ctx;
 
 /* The outcome of one prompt. */

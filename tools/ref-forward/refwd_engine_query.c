@@ -207,24 +207,40 @@ static bool piece_nameable(const char *s, size_t n)
     return true;
 }
 
-/* The text an engine writes for each token: its piece, special tokens' markup
- * included (engines echo "<|system|>" as it is); NULL where no text names it. */
-static const char *const *vocab_table(ce_ctx *ctx)
+static int add_text(ce_ctx *ctx, const char *s, size_t n, int32_t id)
 {
-    if (ctx->vocab || !ctx->tok)
-        return ctx->vocab;
-    const char **v = calloc((size_t)ctx->n_vocab, sizeof *v);
-    if (!v)
+    char *copy = strndup(s, n);
+    if (!copy)
+        return -1;
+    ctx->texts[ctx->n_texts].text = copy;
+    ctx->texts[ctx->n_texts++].id = id;
+    return 0;
+}
+
+/* The texts an engine may write for each token: its piece, special tokens'
+ * markup included (engines echo "<|system|>" as it is); with a SentencePiece
+ * vocabulary also the piece without its leading space, as HF's decoder writes
+ * a token alone (vLLM: "friend" for "▁friend", which "friend" also writes:
+ * such a text then names neither). NULL when there is no vocabulary. */
+static const gguf_engine_text *text_table(ce_ctx *ctx)
+{
+    if (ctx->texts || !ctx->tok)
+        return ctx->texts;
+    ctx->texts = calloc((size_t)ctx->n_vocab * 2, sizeof *ctx->texts);
+    if (!ctx->texts)
         return NULL;
+    const bool spm = gguf_tokenizer_type(ctx->tok) == GGUF_TOK_SPM;
     for (int64_t i = 0; i < ctx->n_vocab; i++) {
         const char *piece;
         size_t len;
-        if (gguf_token_piece(ctx->tok, (int32_t)i, true, &piece, &len) == 0 &&
-            piece_nameable(piece, len))
-            v[i] = strndup(piece, len);
+        if (gguf_token_piece(ctx->tok, (int32_t)i, true, &piece, &len) != 0 ||
+            !piece_nameable(piece, len))
+            continue;
+        if (add_text(ctx, piece, len, (int32_t)i) ||
+            (spm && len > 1 && piece[0] == ' ' && add_text(ctx, piece + 1, len - 1, (int32_t)i)))
+            return NULL;
     }
-    ctx->vocab = v;
-    return v;
+    return ctx->texts;
 }
 
 static bool needs_ids(const gguf_engine_reply *r)
@@ -273,14 +289,14 @@ static int ids_from_echo(ce_ctx *ctx, gguf_engine_reply *rp, int32_t **ids, int6
 {
     *ids = NULL;
     *n = 0;
-    if (!vocab_table(ctx))
+    if (!text_table(ctx))
         return ctx->tok ? GGUF_E_NOMEM : 0;
     int32_t *saved = malloc((size_t)rp->n_prompt * sizeof *saved);
     if (!saved)
         return GGUF_E_NOMEM;
     for (int64_t i = 0; i < rp->n_prompt; i++)
         saved[i] = rp->pos[i].id;
-    if (gguf_engine_reply_resolve(rp, ctx->vocab, ctx->n_vocab, NULL, 0) < 0) {
+    if (gguf_engine_reply_resolve(rp, ctx->texts, ctx->n_texts, NULL, 0) < 0) {
         free(saved);
         return GGUF_E_NOMEM;
     }
@@ -462,11 +478,11 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
 
     /* ids for text-only positions and alternatives: prompt positions from the
      * prompt's ids, generated ones from their text where it names one token */
-    if (needs_ids(rp) && !vocab_table(ctx) && ctx->tok) {
+    if (needs_ids(rp) && !text_table(ctx) && ctx->tok) {
         free(ids);
         return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
     }
-    gguf_engine_reply_resolve(rp, ctx->vocab, ctx->vocab ? ctx->n_vocab : 0, ids, n_ids);
+    gguf_engine_reply_resolve(rp, ctx->texts, ctx->n_texts, ids, n_ids);
     for (int64_t j = 0; rp->gen_ids && j < rp->n_gen_ids && rp->n_prompt + j < rp->n_pos; j++)
         if (rp->pos[rp->n_prompt + j].id < 0) /* the reply's own ids (vLLM token_ids) */
             rp->pos[rp->n_prompt + j].id = rp->gen_ids[j];
@@ -476,22 +492,16 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
             cut = i;
     if (cut >= 0) {
         /* a token the text does not name (vLLM writes a piece that is part of a
-         * character as ""): the ones after it cannot be teacher-forced */
+         * character as "", and its whole text as U+FFFD): its alternatives are
+         * compared, the tokens after it cannot be teacher-forced */
         const gguf_engine_pos *q = &rp->pos[cut];
-        r->n_unresolved = rp->n_pos - cut;
+        r->n_unresolved = rp->n_pos - cut - 1;
         ce_note(r, "generated position %lld: the engine wrote the token as %s%s%s, which names "
-                   "no single token: positions from there on (%lld) are not compared; ask for "
-                   "ids (--api vllm) to compare them",
+                   "no single token: its alternatives are compared, not its token, and the %lld "
+                   "positions after it are not compared (ask for ids: --api vllm)",
                 (long long)(cut - rp->n_prompt), q->text ? "\"" : "no text",
                 q->text ? q->text : "", q->text ? "\"" : "", (long long)r->n_unresolved);
-        gguf_engine_reply_truncate(rp, cut);
-    }
-    if (rp->n_pos - rp->n_prompt <= 0 && rp->n_prompt <= 1) {
-        free(ids);
-        return gguf_error_setf(err, GGUF_E_UNSUPPORTED, 0,
-                               "nothing to compare: the engine wrote the first generated token "
-                               "as text that names no single token of the vocabulary; ask for "
-                               "ids (--api vllm sends return_tokens_as_token_ids)");
+        gguf_engine_reply_truncate(rp, cut + 1);
     }
 
     /* the teacher-forced sequence */
@@ -529,7 +539,7 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
                                    (long long)(n_gen + r->n_unresolved),
                                    d >= 0 ? ", a different token" : "");
     }
-    for (int64_t i = 0; i < r->n_seq; i++)
+    for (int64_t i = 0; i < r->n_seq; i++) /* -1: the unknown last token, never evaluated */
         if (r->seq[i] >= ctx->n_vocab)
             return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
                                    "the engine's token %d (sequence index %lld) is outside the "

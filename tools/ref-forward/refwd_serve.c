@@ -2,7 +2,10 @@
  * forward pass (or a virtual-TP plan of it, faults included). The request
  * layer is libgguf's gguf/serve.h; this file parses options, wires the model
  * callbacks to gguf/forward.h and runs libmicrohttpd (one thread per
- * connection; the library queues the requests that need the model). */
+ * connection; the library queues the requests that need the model), with
+ * what libmicrohttpd 0.9.75 leaves to its user: a deadline for a whole
+ * request to arrive, a check that a client is still there while its request
+ * runs, and a refusal of ambiguous framing. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -13,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "cli.h"
@@ -31,6 +36,8 @@ enum {
     OPT_MAX_BODY,
     OPT_MAX_TOKENS,
     OPT_QUEUE,
+    OPT_REQUEST_TIMEOUT,
+    OPT_MAX_PER_CLIENT,
     OPT_THREADS,
     OPT_TP,
     OPT_EP,
@@ -51,6 +58,11 @@ static const cli_opt options[] = {
      "together (default 4096)"},
     {OPT_QUEUE, "queue", 1, "N", "model requests that may wait behind the running one "
      "(default 16; over it: 503)"},
+    {OPT_REQUEST_TIMEOUT, "request-timeout", 1, "S", "seconds for a whole request, headers and "
+     "body, to arrive after the connection opens or the previous answer (default 30; 0: no "
+     "limit); a late one's connection is closed"},
+    {OPT_MAX_PER_CLIENT, "max-per-client", 1, "N", "connections one client address may hold at "
+     "once (default 16, or --queue + 1 if larger; 0: no limit); more are closed at once"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads of the forward (default 1)"},
     {OPT_PRECISION, "precision", 1, "f32|f64", "forward precision (default f32)"},
     {OPT_TP, "tp", 1, "N", "serve N virtual tensor-parallel ranks of the shard plan"},
@@ -66,12 +78,14 @@ static const cli_spec spec = {
     "MODEL.gguf [OPTIONS]",
     "Serve the reference forward pass of a GGUF model over HTTP as vLLM and llama-server do:\n"
     "/v1/completions (greedy, logprobs, echo), /completion (n_probs), /tokenize, /detokenize,\n"
-    "/v1/models, /health. One forward at a time; waiting requests queue. Prints\n"
-    "'listening on http://HOST:PORT' once ready; SIGINT or SIGTERM stops it cleanly.",
+    "/v1/models, /health. One forward at a time; waiting requests queue. A request whose\n"
+    "client goes away is cancelled. Prints 'listening on http://HOST:PORT' once ready;\n"
+    "SIGINT or SIGTERM stops it cleanly.",
     options,
     "  ref-forward serve stories260K.gguf --port 8000\n"
     "  ref-forward serve model.gguf --port 0 --api-key secret --served-model ref\n"
     "  ref-forward serve model.gguf --tp 4 --inject qkv-stream      # a broken engine\n"
+    "  ref-forward serve model.gguf --request-timeout 10 --max-per-client 4\n"
     "  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\\n"
     "       -d '{\"prompt\": [1, 403, 407], \"max_tokens\": 4, \"logprobs\": 5}'\n",
 };
@@ -117,30 +131,228 @@ static int be_token_text(void *user, int32_t id, char *buf, size_t size)
 
 /* ---- HTTP ---- */
 
+/*
+ * One TCP connection, from accept to close (libmicrohttpd's socket context).
+ * libmicrohttpd's own timeout counts idle time only, so a client that sends
+ * a byte a second (slowloris) would hold its slot as long as it liked: each
+ * request must arrive whole, headers and body, within --request-timeout of
+ * the connection's opening or of the previous answer on it, and the
+ * watchdog thread shuts down the socket of one that does not.
+ */
+typedef struct peer {
+    struct peer *prev, *next;
+    int fd;
+    double since;          /* when the request now arriving began (cli_now) */
+    bool arriving;         /* its headers or body are still coming: the deadline runs */
+    char addr[INET6_ADDRSTRLEN];
+} peer;
+
 typedef struct server {
     gguf_serve *srv;
     size_t max_body;
+    double request_timeout; /* seconds; 0: no deadline */
+    pthread_mutex_t mu;     /* the list of peers and their since/arriving */
+    pthread_cond_t cv;      /* wakes the watchdog to stop (CLOCK_MONOTONIC) */
+    bool stopping;
+    peer *peers;
 } server;
 
+/* One request on a connection. */
 typedef struct conn {
+    peer *peer;            /* NULL: the connection is not tracked */
     char *body;
     size_t len, cap;
     bool too_large;
     size_t discarded;
+    char framing[128];     /* why the framing is ambiguous; "" when it is not */
 } conn;
+
+static void peer_address(struct MHD_Connection *c, char *buf, size_t size)
+{
+    snprintf(buf, size, "?");
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)size);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)size);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    server *sv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!fd)
+            return;
+        peer *p = calloc(1, sizeof *p);
+        if (!p) {
+            /* a connection without a deadline is what slowloris wants */
+            shutdown(fd->connect_fd, SHUT_RDWR);
+            return;
+        }
+        p->fd = fd->connect_fd;
+        p->since = cli_now();
+        p->arriving = true;
+        peer_address(c, p->addr, sizeof p->addr);
+        pthread_mutex_lock(&sv->mu);
+        p->next = sv->peers;
+        if (sv->peers)
+            sv->peers->prev = p;
+        sv->peers = p;
+        pthread_mutex_unlock(&sv->mu);
+        *socket_context = p;
+        return;
+    }
+    peer *p = *socket_context;
+    if (!p)
+        return;
+    /* Unlinked under the lock: the watchdog may be shutting this socket
+     * down, and libmicrohttpd closes the descriptor only after we return. */
+    pthread_mutex_lock(&sv->mu);
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        sv->peers = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    pthread_mutex_unlock(&sv->mu);
+    free(p);
+    *socket_context = NULL;
+}
+
+/* The request has arrived (or is answered before its body): the deadline
+ * stops; it starts again for the next request once this one is answered. */
+static void peer_set_arriving(server *sv, peer *p, bool arriving)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&sv->mu);
+    p->arriving = arriving;
+    p->since = cli_now();
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* With sv->mu held: shut down the sockets whose request is late. shutdown,
+ * not close: the descriptor stays libmicrohttpd's, whose thread for the
+ * connection reads end of file, drops it and closes it. */
+static void drop_late_requests(server *sv)
+{
+    const double now = cli_now();
+    for (peer *p = sv->peers; p; p = p->next) {
+        if (!p->arriving || now - p->since < sv->request_timeout)
+            continue;
+        shutdown(p->fd, SHUT_RDWR);
+        p->arriving = false; /* once */
+        /* -v only: idle keep-alive connections of well-behaved clients end here too */
+        if (cli_verbosity > 1)
+            fprintf(stderr, "%s: %s: no whole request within %g s (--request-timeout): "
+                    "connection closed\n", spec.tool, p->addr, sv->request_timeout);
+    }
+}
+
+/* A few times a second: the deadline need not be sharper than that. */
+static void *watchdog(void *arg)
+{
+    server *sv = arg;
+    pthread_mutex_lock(&sv->mu);
+    while (!sv->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 250000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&sv->cv, &sv->mu, &until);
+        drop_late_requests(sv);
+    }
+    pthread_mutex_unlock(&sv->mu);
+    return NULL;
+}
+
+/*
+ * Whether the client still holds its end of the connection. libmicrohttpd
+ * does not watch the socket while a handler runs (one thread per
+ * connection), so peek at it: end of file or an error means gone - a
+ * half-close too, as nginx and uvicorn take it; bytes waiting (a pipelined
+ * request) or nothing yet mean alive.
+ */
+static bool client_alive(void *user)
+{
+    const peer *p = user;
+    char b;
+    const ssize_t n = recv(p->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n >= 0)
+        return n > 0;
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+}
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     conn *st = *con_cls;
     if (st) {
+        peer_set_arriving(cls, st->peer, true);
         free(st->body);
         free(st);
         *con_cls = NULL;
     }
 }
 
-static enum MHD_Result reply(struct MHD_Connection *c, gguf_serve_response *r)
+typedef struct lengths {
+    int n;
+    unsigned long long first;
+    bool differ, transfer_encoding;
+    char seen[2][24];      /* the first two values that differ, for the message */
+} lengths;
+
+static enum MHD_Result add_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    lengths *l = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+        l->transfer_encoding = true;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
+        return MHD_YES;
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(value ? value : "", &end, 10);
+    const bool ok = value && value[0] && !errno && !*end;
+    if (l->n++ == 0) {
+        l->first = v;
+        snprintf(l->seen[0], sizeof l->seen[0], "%.20s", value ? value : "");
+    } else if (!l->differ && (!ok || v != l->first)) {
+        l->differ = true;
+        snprintf(l->seen[1], sizeof l->seen[1], "%.20s", value ? value : "");
+    }
+    return MHD_YES;
+}
+
+/*
+ * Framing two parties could read two ways (request smuggling): Content-Length
+ * headers that differ - libmicrohttpd 0.9.75 reads the first and would take
+ * the rest of the body as the next request - or Content-Length beside
+ * Transfer-Encoding (RFC 9112 6.1: reject, or close after answering).
+ * Identical repeated lengths are one length (RFC 9110 8.6).
+ * @return true and the reason in why.
+ */
+static bool ambiguous_framing(struct MHD_Connection *c, char *why, size_t size)
+{
+    lengths l = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_length, &l);
+    if (l.differ)
+        snprintf(why, size, "Content-Length headers that differ ('%s' and '%s')", l.seen[0],
+                 l.seen[1]);
+    else if (l.n && l.transfer_encoding)
+        snprintf(why, size, "Content-Length beside Transfer-Encoding");
+    return l.differ || (l.n && l.transfer_encoding);
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, gguf_serve_response *r, bool close)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(r->body_len, r->body, MHD_RESPMEM_MUST_FREE);
@@ -154,6 +366,8 @@ static enum MHD_Result reply(struct MHD_Connection *c, gguf_serve_response *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->www_authenticate)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     const enum MHD_Result ok = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     gguf_serve_response_clear(r);
@@ -163,6 +377,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, gguf_serve_response *r)
 static enum MHD_Result answer(server *sv, struct MHD_Connection *c, const char *url,
                               const char *method, conn *st)
 {
+    peer_set_arriving(sv, st->peer, false);
     gguf_serve_request rq = {0};
     rq.method = method;
     rq.path = url;
@@ -171,15 +386,30 @@ static enum MHD_Result answer(server *sv, struct MHD_Connection *c, const char *
     rq.body = st->body ? st->body : "";
     rq.body_len = st->len;
     rq.body_too_large = st->too_large;
+    gguf_serve_client cl = {0};
+    cl.bad_framing = st->framing[0] ? st->framing : NULL;
+    if (st->peer) {
+        cl.alive = client_alive;
+        cl.user = st->peer;
+    }
     gguf_serve_response r;
     const double t0 = cli_now();
     gguf_error err = {0};
-    if (gguf_serve_handle(sv->srv, &rq, &r, &err) && !r.body)
+    if (gguf_serve_handle_client(sv->srv, &rq, &cl, &r, &err) && !r.body)
         return MHD_NO;
     if (cli_verbosity > 1)
         fprintf(stderr, "%s: %s %s %d %zu bytes %.1f ms\n", spec.tool, method, url, r.status,
                 r.body_len, 1e3 * (cli_now() - t0));
-    return reply(c, &r);
+    if (r.status == 499) {
+        /* nobody to answer: drop the connection */
+        if (cli_verbosity > 0)
+            fprintf(stderr, "%s: %s: %s %s: the client went away: request cancelled after "
+                    "%.1f s\n", spec.tool, st->peer ? st->peer->addr : "?", method, url,
+                    cli_now() - t0);
+        gguf_serve_response_clear(&r);
+        return MHD_NO;
+    }
+    return reply(c, &r, cl.bad_framing != NULL);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -194,6 +424,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!st)
             return MHD_NO;
         *con_cls = st;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        st->peer = ci ? ci->socket_context : NULL;
+        /* Answered now, the body unread: libmicrohttpd then closes the
+         * connection after the answer, so no leftover is read as a request. */
+        if (ambiguous_framing(c, st->framing, sizeof st->framing))
+            return answer(sv, c, url, method, st);
         /* A declared length far over the limit: answer now, read nothing. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -246,6 +483,8 @@ typedef struct serve_args {
     uint64_t max_body;
     int64_t max_tokens;
     int queue, threads, tp, ep, precision;
+    unsigned request_timeout; /* seconds; 0: none */
+    int max_per_client;       /* -1: the default, from --queue; 0: none */
     gguf_engine engine;
 } serve_args;
 
@@ -259,6 +498,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
     a->max_tokens = 4096;
     a->queue = 16;
     a->threads = 1;
+    a->request_timeout = 30;
+    a->max_per_client = -1;
     for (;;) {
         c = cli_next(&spec, argc, argv, &arg, &optind_);
         if (c == -1) {
@@ -320,6 +561,21 @@ static int parse_args(int argc, char **argv, serve_args *a)
             }
             a->queue = (int)v;
             break;
+        case OPT_REQUEST_TIMEOUT:
+            if (cli_parse_u64(arg, &v) || v > 86400) {
+                cli_errorf(spec.tool, "--request-timeout: '%s' is not a number of seconds from 0 "
+                           "to 86400", arg);
+                return -1;
+            }
+            a->request_timeout = (unsigned)v;
+            break;
+        case OPT_MAX_PER_CLIENT:
+            if (cli_parse_u64(arg, &v) || v > 65536) {
+                cli_errorf(spec.tool, "--max-per-client: '%s' is not a count from 0 to 65536", arg);
+                return -1;
+            }
+            a->max_per_client = (int)v;
+            break;
         case OPT_THREADS:
             if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
                 cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 64", arg);
@@ -362,6 +618,10 @@ static int parse_args(int argc, char **argv, serve_args *a)
         cli_errorf(spec.tool, "--%s needs --tp", a->ep ? "ep" : "inject");
         return -1;
     }
+    /* one client may fill the queue it was given: the running request and
+     * --queue waiting ones */
+    if (a->max_per_client < 0)
+        a->max_per_client = a->queue + 1 > 16 ? a->queue + 1 : 16;
     return 0;
 }
 
@@ -443,6 +703,15 @@ int refwd_serve_main(int argc, char **argv)
     struct MHD_Daemon *d = NULL;
     backend be = {0};
     char tok_err[sizeof err.message] = "";
+    server sv = {0};
+    pthread_t watcher;
+    bool watching = false;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&sv.mu, NULL);
+    pthread_cond_init(&sv.cv, &ca);
+    pthread_condattr_destroy(&ca);
 
     struct sockaddr_storage addr;
     bool v6 = false;
@@ -522,14 +791,26 @@ int refwd_serve_main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    server sv = {srv, (size_t)a.max_body};
+    sv.srv = srv;
+    sv.max_body = (size_t)a.max_body;
+    sv.request_timeout = a.request_timeout;
+    if (a.request_timeout) {
+        if (pthread_create(&watcher, NULL, watchdog, &sv)) {
+            cli_errorf(spec.tool, "cannot start the request-deadline thread");
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
+        watching = true;
+    }
     const unsigned limit = (unsigned)(2 * a.queue + 64);
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                              MHD_USE_AUTO | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
                          (uint16_t)a.port, NULL, NULL, on_request, &sv,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &sv,
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, &sv,
                          MHD_OPTION_CONNECTION_LIMIT, limit,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)a.max_per_client,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                          MHD_OPTION_END);
@@ -569,6 +850,15 @@ int refwd_serve_main(int argc, char **argv)
 done:
     if (d)
         MHD_stop_daemon(d);
+    if (watching) {
+        pthread_mutex_lock(&sv.mu);
+        sv.stopping = true;
+        pthread_cond_broadcast(&sv.cv);
+        pthread_mutex_unlock(&sv.mu);
+        pthread_join(watcher, NULL);
+    }
+    pthread_cond_destroy(&sv.cv);
+    pthread_mutex_destroy(&sv.mu);
     gguf_serve_free(srv);
     gguf_fwd_ctx_free(be.ctx);
     gguf_tokenizer_free(be.tk);

@@ -208,19 +208,27 @@ void gguf_engine_reply_free(gguf_engine_reply *r);
  * rest cannot be teacher-forced). n_prompt shrinks with them. */
 void gguf_engine_reply_truncate(gguf_engine_reply *r, int64_t n);
 
+/* One way an engine may write token `id` as text. A token may have several
+ * (SentencePiece engines write " friend" inside a text and "friend" for the
+ * token alone); several tokens may share one (then it names none). */
+typedef struct gguf_engine_text {
+    const char *text;
+    int32_t id;
+} gguf_engine_text;
+
 /*
  * Give ids to positions and alternatives that came as text only, from the
- * vocabulary (vocab[i] = the text of token i as the engine writes it, e.g.
- * " the"; NULL and "" entries are skipped). A text that several tokens share,
- * and "", stay unresolved (-1): no id is guessed. Prompt positions without an
- * id take prompt_ids (the prompt's last n_prompt ids, from the request or the
- * engine) before any text is looked up, and then their logprob from their
- * alternatives.
+ * texts the engine may write for each token (NULL and "" texts are skipped).
+ * A text that several tokens share, and "", stay unresolved (-1): no id is
+ * guessed. Prompt positions without an id take prompt_ids (the prompt's last
+ * n_prompt ids, from the request or the engine) before any text is looked
+ * up, and then their logprob from their alternatives.
  * @return the number of positions still without an id (alternatives without
  *         one are left out of the comparison), or GGUF_E_NOMEM.
  */
-int64_t gguf_engine_reply_resolve(gguf_engine_reply *r, const char *const *vocab, int64_t n_vocab,
-                                  const int32_t *prompt_ids, int64_t n_prompt_ids);
+int64_t gguf_engine_reply_resolve(gguf_engine_reply *r, const gguf_engine_text *texts,
+                                  int64_t n_texts, const int32_t *prompt_ids,
+                                  int64_t n_prompt_ids);
 
 /*
  * Parse a /tokenize reply: {"tokens": [ids]} (vLLM, SGLang, llama-server,
@@ -352,7 +360,8 @@ typedef struct gguf_engine_cmp {
  * floats; row s is the reference's output after sequence token s, so the
  * position of sequence index s is compared with row s - 1 (index 0 has
  * none: skipped). Every compared position must have an id (see
- * gguf_engine_reply_resolve); alternatives without one are left out.
+ * gguf_engine_reply_resolve); alternatives without one are left out (and a prompt position with one
+ * has no known engine top-1: a reply keyed by text may hide the best).
  * The reference is log-softmax(row) in double; KL(ref || engine) over
  * S = engine's alternatives + the reference's top |alternatives|, with a
  * tail bucket (docs/check-engine.md states the estimator).

@@ -42,11 +42,14 @@
  *     {"error": {"message": "...", "type": "BadRequestError", "param": "temperature", "code": 400}}
  * with status 400 (malformed JSON, a body that is not UTF-8, a field of the
  * wrong type, a value out of range or unknown, a sampling setting other than
- * greedy, too many tokens), 401 (API key), 404 (no such path, another model
- * name), 405 (method), 413 (body over max_body), 501 (a text prompt when the
- * vocabulary has no tokenizer here), 503 (queue full, shutting down) and 500
- * (the forward pass failed). Fields this layer does not know are ignored, as
- * vLLM ignores them.
+ * greedy, too many tokens, a prompt of no tokens - a text prompt too, when
+ * the tokenizer finds nothing in it - and framing the transport found
+ * ambiguous), 401 (API key), 404 (no such path, another model name), 405
+ * (method), 413 (body over max_body), 501 (a text prompt when the vocabulary
+ * has no tokenizer here), 503 (queue full, shutting down), 500 (the forward
+ * pass failed) and 499 (the client went away while its request waited or
+ * ran: nobody reads that answer). Fields this layer does not know are
+ * ignored, as vLLM ignores them.
  *
  * Concurrency: gguf_serve_handle() may be called from many threads at once.
  * Requests that run the model take turns (one forward at a time); at most
@@ -143,6 +146,21 @@ typedef struct gguf_serve_request {
     bool body_too_large;       /* the transport stopped reading at max_body */
 } gguf_serve_request;
 
+/* What the transport knows of the client beyond its request. */
+typedef struct gguf_serve_client {
+    /* Non-NULL: the transport found the request's framing ambiguous (two
+     * Content-Length headers that differ, Content-Length beside
+     * Transfer-Encoding), so that nothing after the headers can be trusted:
+     * 400 naming this reason, before any other check. */
+    const char *bad_framing;
+    /* Asked from the calling thread before each forward call of a model
+     * request (so between generated tokens too): false when the client has
+     * gone away. The request then stops, counts in stats.client_gone and
+     * gets 499, which the transport need not send. NULL: never asked. */
+    bool (*alive)(void *user);
+    void *user;
+} gguf_serve_client;
+
 typedef struct gguf_serve_response {
     int status;                /* HTTP status */
     const char *content_type;  /* static string */
@@ -162,6 +180,12 @@ typedef struct gguf_serve_response {
 int gguf_serve_handle(gguf_serve *s, const gguf_serve_request *req, gguf_serve_response *resp,
                       gguf_error *err);
 
+/* gguf_serve_handle() with what the transport knows of the client (NULL:
+ * nothing, as gguf_serve_handle). Same returns. */
+int gguf_serve_handle_client(gguf_serve *s, const gguf_serve_request *req,
+                             const gguf_serve_client *client, gguf_serve_response *resp,
+                             gguf_error *err);
+
 /* Free the body and zero the response. Accepts NULL. */
 void gguf_serve_response_clear(gguf_serve_response *resp);
 
@@ -172,6 +196,7 @@ typedef struct gguf_serve_stats {
     uint64_t model_requests;  /* that ran the model */
     uint64_t tokens_evaluated;
     uint64_t queue_full;      /* 503 because the queue was full */
+    uint64_t client_gone;     /* model requests stopped (499): the client went away */
     int max_waiting;          /* the most requests seen waiting at once */
     double forward_seconds;   /* inside reset/eval */
 } gguf_serve_stats;

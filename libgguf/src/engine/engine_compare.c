@@ -197,7 +197,10 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
             c->n_skipped++;
             continue;
         }
-        if (p->id < 0 || p->id >= V) {
+        /* the last generated position may name no token (text-only replies:
+         * docs/check-engine.md): its alternatives are compared, its token not */
+        const bool unknown = p->id < 0 && !p->prompt && i == r->n_pos - 1;
+        if ((p->id < 0 && !unknown) || p->id >= V) {
             rc = gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                            "compare: position %lld (%s token '%s'): %s", (long long)i,
                            p->prompt ? "prompt" : "generated", p->text ? p->text : "",
@@ -249,16 +252,20 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
         cp->ref_gap = n_ref > 1 ? lsm[ref_ids[0]] - lsm[ref_ids[1]] : INFINITY;
         cp->tie = tol.tie >= 0 && cp->ref_gap < tol.tie;
         /* the engine's top-1: what it chose when generating greedily, else
-         * its best alternative */
+         * its best alternative - unknown when any alternative has no id: a
+         * reply keyed by text (OpenAI's top_logprobs) keeps one entry of the
+         * tokens that share a text, so the true best may be the one hidden */
         cp->engine_top1 = -1;
         if (!p->prompt)
             cp->engine_top1 = p->id;
-        for (int32_t k = 0; cp->engine_top1 < 0 && k < p->n_top; k++)
-            if (p->top[k].id >= 0 && p->top[k].id < V)
-                cp->engine_top1 = p->top[k].id;
-        cp->engine_logprob = p->logprob;
-        cp->ref_logprob = lsm[p->id];
-        cp->dlogprob = isnan(p->logprob) ? NAN : fabs(p->logprob - lsm[p->id]);
+        bool all_ids = true;
+        for (int32_t k = 0; k < p->n_top; k++)
+            all_ids = all_ids && p->top[k].id >= 0 && p->top[k].id < V;
+        if (cp->engine_top1 < 0 && p->prompt && all_ids && p->n_top > 0)
+            cp->engine_top1 = p->top[0].id;
+        cp->engine_logprob = unknown ? NAN : p->logprob;
+        cp->ref_logprob = unknown ? NAN : lsm[p->id];
+        cp->dlogprob = unknown || isnan(p->logprob) ? NAN : fabs(p->logprob - lsm[p->id]);
         cp->dlogprob_top = NAN;
         for (int32_t k = 0; k < p->n_top; k++) {
             const int32_t id = p->top[k].id;
@@ -268,7 +275,11 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
             if (isnan(cp->dlogprob_top) || d > cp->dlogprob_top || isnan(d))
                 cp->dlogprob_top = d;
         }
-        cp->kl = n_alt ? kl_union(lsm, V, p, ref_ids, k_ref < n_ref ? k_ref : n_ref) : NAN;
+        /* the estimator takes the engine's list as its whole top-k: with an
+         * alternative it could not name, a token of the reference's top may
+         * be the one missing, and the KL is not known */
+        cp->kl = n_alt && all_ids ? kl_union(lsm, V, p, ref_ids, k_ref < n_ref ? k_ref : n_ref)
+                                  : NAN;
 
         if (cp->engine_top1 >= 0) {
             cp->top1_agree = cp->engine_top1 == cp->ref_top1;
@@ -285,7 +296,7 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
         }
         /* a NaN from the engine (null in its JSON) where it owes a number is a
          * divergence, whatever the tolerances */
-        bool engine_nan = isnan(p->logprob);
+        bool engine_nan = isnan(p->logprob) && !unknown;
         for (int32_t k = 0; k < p->n_top; k++)
             engine_nan |= isnan(p->top[k].logprob);
         if (engine_nan) {

@@ -292,7 +292,7 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
-static int map_build(text_map *m, const char *const *vocab, int64_t n)
+static int map_build(text_map *m, const gguf_engine_text *texts, int64_t n)
 {
     m->cap = 16;
     while (m->cap < (size_t)n * 2)
@@ -302,16 +302,17 @@ static int map_build(text_map *m, const char *const *vocab, int64_t n)
     if (!m->key || !m->id)
         return GGUF_E_NOMEM;
     for (int64_t i = 0; i < n; i++) {
-        if (!vocab[i] || !vocab[i][0]) /* "" names no token (several write as "") */
+        const char *s = texts[i].text;
+        if (!s || !s[0] || texts[i].id < 0) /* "" names no token (several write as "") */
             continue;
-        size_t h = hash_str(vocab[i]) & (m->cap - 1);
-        while (m->key[h] && strcmp(m->key[h], vocab[i]) != 0)
+        size_t h = hash_str(s) & (m->cap - 1);
+        while (m->key[h] && strcmp(m->key[h], s) != 0)
             h = (h + 1) & (m->cap - 1);
-        if (m->key[h])
+        if (!m->key[h]) {
+            m->key[h] = s;
+            m->id[h] = texts[i].id;
+        } else if (m->id[h] != texts[i].id) {
             m->id[h] = -2;
-        else {
-            m->key[h] = vocab[i];
-            m->id[h] = (int32_t)i;
         }
     }
     return 0;
@@ -330,11 +331,12 @@ static int32_t map_find(const text_map *m, const char *s)
     return -1;
 }
 
-int64_t gguf_engine_reply_resolve(gguf_engine_reply *r, const char *const *vocab, int64_t n_vocab,
-                                  const int32_t *prompt_ids, int64_t n_prompt_ids)
+int64_t gguf_engine_reply_resolve(gguf_engine_reply *r, const gguf_engine_text *texts,
+                                  int64_t n_texts, const int32_t *prompt_ids,
+                                  int64_t n_prompt_ids)
 {
     text_map m = {0};
-    if (vocab && n_vocab > 0 && map_build(&m, vocab, n_vocab)) {
+    if (texts && n_texts > 0 && map_build(&m, texts, n_texts)) {
         free(m.key);
         free(m.id);
         return GGUF_E_NOMEM;

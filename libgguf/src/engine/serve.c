@@ -130,11 +130,12 @@ static int queue_enter(gguf_serve *s, serve_err *e)
     return 0;
 }
 
-static void queue_leave(gguf_serve *s)
+static void queue_leave(gguf_serve *s, bool client_gone)
 {
     pthread_mutex_lock(&s->mu);
     s->serving++;
     s->stats.model_requests++;
+    s->stats.client_gone += client_gone;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -182,7 +183,7 @@ static bool authorized(const gguf_serve *s, const char *h)
 }
 
 static int run_completion(gguf_serve *s, serve_api api, const gguf_serve_request *req,
-                          gguf_serve_response *resp, serve_err *e)
+                          const gguf_serve_client *cl, gguf_serve_response *resp, serve_err *e)
 {
     serve_creq q;
     int rc = serve_parse_completion(s, api, req->body, req->body_len, &q, e);
@@ -195,10 +196,16 @@ static int run_completion(gguf_serve *s, serve_api api, const gguf_serve_request
     }
     if ((rc = queue_enter(s, e)) == 0) {
         gguf_error ge = {0};
-        for (int64_t i = 0; i < q.n_prompts && !rc; i++)
-            rc = serve_run(s, &q, &q.prompts[i], &seqs[i], &ge);
-        queue_leave(s);
-        if (rc == GGUF_E_INTERRUPTED)
+        bool gone = false;
+        for (int64_t i = 0; i < q.n_prompts && !rc; i++) {
+            rc = serve_run(s, cl, &q, &q.prompts[i], &seqs[i], &ge);
+            gone |= seqs[i].client_gone;
+        }
+        queue_leave(s, gone);
+        if (rc == GGUF_E_INTERRUPTED && gone)
+            rc = serve_refuse(e, 499, "", "the client closed the connection: the request was "
+                              "cancelled");
+        else if (rc == GGUF_E_INTERRUPTED)
             rc = serve_refuse(e, 503, "", "the server is shutting down");
         else if (rc && rc != GGUF_E_NOMEM)
             rc = serve_refuse(e, 500, "", "the forward pass failed: %s", ge.message);
@@ -212,9 +219,14 @@ static int run_completion(gguf_serve *s, serve_api api, const gguf_serve_request
     return rc;
 }
 
-static int dispatch(gguf_serve *s, const gguf_serve_request *req, gguf_serve_response *resp,
-                    serve_err *e)
+static int dispatch(gguf_serve *s, const gguf_serve_request *req, const gguf_serve_client *cl,
+                    gguf_serve_response *resp, serve_err *e)
 {
+    /* First: when the transport cannot tell where this request ends, nothing
+     * it holds (headers after the framing, body) is the client's for sure. */
+    if (cl->bad_framing)
+        return serve_refuse(e, 400, "", "the request's framing is ambiguous: %.300s",
+                            cl->bad_framing);
     const char *path = req->path ? req->path : "";
     const char *q = strchr(path, '?');
     const size_t plen = q ? (size_t)(q - path) : strlen(path);
@@ -248,8 +260,8 @@ static int dispatch(gguf_serve *s, const gguf_serve_request *req, gguf_serve_res
     }
     case R_MODELS: return serve_models_response(s, resp);
     case R_TOKINFO: return serve_tokenizer_info_response(s, resp);
-    case R_COMPLETIONS: return run_completion(s, SERVE_API_OPENAI, req, resp, e);
-    case R_LLAMA: return run_completion(s, SERVE_API_LLAMA, req, resp, e);
+    case R_COMPLETIONS: return run_completion(s, SERVE_API_OPENAI, req, cl, resp, e);
+    case R_LLAMA: return run_completion(s, SERVE_API_LLAMA, req, cl, resp, e);
     case R_TOKENIZE:
         if ((rc = serve_parse_tokenize(s, req->body, req->body_len, &t, e)))
             return rc;
@@ -274,11 +286,19 @@ static const char nomem_body[] =
 int gguf_serve_handle(gguf_serve *s, const gguf_serve_request *req, gguf_serve_response *resp,
                       gguf_error *err)
 {
+    return gguf_serve_handle_client(s, req, NULL, resp, err);
+}
+
+int gguf_serve_handle_client(gguf_serve *s, const gguf_serve_request *req,
+                             const gguf_serve_client *client, gguf_serve_response *resp,
+                             gguf_error *err)
+{
+    static const gguf_serve_client nothing_known = {0};
     if (!s || !req || !resp)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_serve_handle: NULL argument");
     memset(resp, 0, sizeof *resp);
     serve_err e = {0};
-    int rc = dispatch(s, req, resp, &e);
+    int rc = dispatch(s, req, client ? client : &nothing_known, resp, &e);
     if (rc == -1) {
         const bool www = resp->www_authenticate;
         const char *allow = resp->allow;

@@ -132,12 +132,17 @@ typedef struct serve_seq {
     int finish;
     int stop_index;
     int32_t stop_id;
+    bool client_gone;        /* stopped because cl->alive said false */
 } serve_seq;
 
-/* Run prompt p of q: eval, scores where q asks for them, greedy tokens.
- * @return 0; GGUF_E_INTERRUPTED (cancelled); GGUF_E_NOMEM; the model's codes. */
-int serve_run(gguf_serve *s, const serve_creq *q, const serve_prompt *p, serve_seq *out,
-              gguf_error *err);
+/* Run prompt p of q (at least one token): eval, scores where q asks for
+ * them, greedy tokens. Before each model call it checks the server's cancel
+ * flag and cl->alive (cl is never NULL).
+ * @return 0; GGUF_E_INTERRUPTED (shutting down, or out->client_gone);
+ *         GGUF_E_INVALID (an empty prompt: the parser lets none through);
+ *         GGUF_E_NOMEM; the model's codes. */
+int serve_run(gguf_serve *s, const gguf_serve_client *cl, const serve_creq *q,
+              const serve_prompt *p, serve_seq *out, gguf_error *err);
 void serve_seq_free(serve_seq *q);
 
 /* ---- responses ---- */

@@ -338,8 +338,17 @@ static int text_prompt(gguf_serve *s, json_t *v, bool add_special, serve_prompt 
         return GGUF_E_NOMEM;
     memcpy(p->text, json_string_value(v), len + 1);
     p->text_len = len;
-    return tokenize_into(s, "prompt", p->text, len, add_special && s->m.add_bos && s->m.bos >= 0,
-                         p, e);
+    const bool bos = add_special && s->m.add_bos && s->m.bos >= 0;
+    const int rc = tokenize_into(s, "prompt", p->text, len, bos, p, e);
+    if (rc)
+        return rc;
+    /* A tokenizer may find nothing to encode (WordPiece drops whitespace and
+     * control characters); with no BOS either, there is no row to decode
+     * from: refused as an empty token list is. */
+    if (p->n == 0)
+        return serve_refuse(e, 400, "prompt", "`prompt` gives no tokens: the tokenizer finds "
+                            "nothing to encode in it%s", bos ? "" : " (and no BOS is added)");
+    return 0;
 }
 
 /* prompt: "text" | [ids] | ["text", ...] | [[ids], ...]; llama-server adds

@@ -84,6 +84,7 @@ static const char *error_type(int status)
     case 404: return "NotFoundError";
     case 405: return "MethodNotAllowedError";
     case 413: return "RequestTooLargeError";
+    case 499: return "ClientClosedRequestError"; /* nginx's 499: never read, for the logs */
     case 501: return "NotImplementedError";
     case 503: return "ServiceUnavailableError";
     default: return "InternalServerError";

@@ -27,11 +27,28 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The model calls, timed; a cancelled server stops before the next one. */
-static int model_reset(gguf_serve *s, gguf_error *err)
+/* Whether the run must stop before its next model call: the server shuts
+ * down, or the client has gone away - nobody would read the answer, and the
+ * requests queued behind this one wait for every token it still makes. */
+static int stop_check(gguf_serve *s, const gguf_serve_client *cl, serve_seq *out,
+                      gguf_error *err)
 {
     if (atomic_load(&s->cancel))
         return gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET, "serve: shutting down");
+    if (cl->alive && !cl->alive(cl->user)) {
+        out->client_gone = true;
+        return gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET, "serve: the client went away");
+    }
+    return 0;
+}
+
+/* The model calls, timed; each one only after stop_check. */
+static int model_reset(gguf_serve *s, const gguf_serve_client *cl, serve_seq *out,
+                       gguf_error *err)
+{
+    const int stop = stop_check(s, cl, out, err);
+    if (stop)
+        return stop;
     const double t0 = now();
     const int rc = s->m.reset(s->m.user, err);
     pthread_mutex_lock(&s->mu);
@@ -40,11 +57,12 @@ static int model_reset(gguf_serve *s, gguf_error *err)
     return rc;
 }
 
-static int model_eval(gguf_serve *s, const int32_t *ids, int64_t n, float *logits,
-                      gguf_error *err)
+static int model_eval(gguf_serve *s, const gguf_serve_client *cl, serve_seq *out,
+                      const int32_t *ids, int64_t n, float *logits, gguf_error *err)
 {
-    if (atomic_load(&s->cancel))
-        return gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET, "serve: shutting down");
+    const int stop = stop_check(s, cl, out, err);
+    if (stop)
+        return stop;
     const double t0 = now();
     const int rc = s->m.eval(s->m.user, ids, n, logits, err);
     pthread_mutex_lock(&s->mu);
@@ -118,10 +136,15 @@ static int find_stop(const serve_creq *q, const serve_seq *out, size_t added, si
     return -1;
 }
 
-int serve_run(gguf_serve *s, const serve_creq *q, const serve_prompt *p, serve_seq *out,
-              gguf_error *err)
+int serve_run(gguf_serve *s, const gguf_serve_client *cl, const serve_creq *q,
+              const serve_prompt *p, serve_seq *out, gguf_error *err)
 {
     memset(out, 0, sizeof *out);
+    /* Decoding starts from the prompt's last logits row: without one it
+     * would read memory no eval wrote. */
+    if (p->n < 1)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "serve: a prompt of no tokens "
+                         "reached the model");
     const int64_t V = s->m.n_vocab, n = p->n, total = p->n + q->max_tokens;
     const bool score_prompt = q->prompt_logprobs >= 0;
     const bool score_gen = q->logprobs >= 0 || q->n_probs > 0;
@@ -153,11 +176,11 @@ int serve_run(gguf_serve *s, const serve_creq *q, const serve_prompt *p, serve_s
         goto done;
     }
     memcpy(out->ids, p->ids, (size_t)n * sizeof *out->ids);
-    if ((rc = model_reset(s, err)))
+    if ((rc = model_reset(s, cl, out, err)))
         goto done;
     for (int64_t off = 0; off < n; off += chunk) {
         const int64_t m = n - off < chunk ? n - off : chunk;
-        if ((rc = model_eval(s, p->ids + off, m, logits, err)))
+        if ((rc = model_eval(s, cl, out, p->ids + off, m, logits, err)))
             goto done;
         for (int64_t r = 0; r < m; r++) {
             const int64_t pos = off + r;
@@ -207,7 +230,7 @@ int serve_run(gguf_serve *s, const serve_creq *q, const serve_prompt *p, serve_s
         }
         if (g + 1 == q->max_tokens)
             break;
-        if ((rc = model_eval(s, &next, 1, last, err)))
+        if ((rc = model_eval(s, cl, out, &next, 1, last, err)))
             goto done;
     }
 done:

@@ -1,0 +1,124 @@
+"""Real serving engines for the engine tests: the models they serve and the servers themselves,
+started by PID on loopback and stopped by PID.
+
+The engines come from scripts/setup_engines.sh (virtual environments from the package index);
+scripts/test.sh runs it and passes the interpreters as GGUFKIT_VLLM_PYTHON and
+GGUFKIT_LLAMA_PYTHON. Without them the tests skip and say so.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+BIN = os.environ.get("GGUFKIT_BIN", "")
+GEN = os.environ.get("GGUFKIT_GEN", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+VLLM_PY = os.environ.get("GGUFKIT_VLLM_PYTHON", "")
+LLAMA_PY = os.environ.get("GGUFKIT_LLAMA_PYTHON", "")
+
+# Small models vLLM's CPU build serves: its attention kernels take head sizes of 32 and up
+# (not gguf-gen's default 16), and its MLA kernel only head size 576 (kv_lora_rank 512 + rope
+# 64), so deepseek2 runs vLLM's real MLA path. The norms are BF16 like the rest, so that the
+# HF checkpoint written from the GGUF holds exactly the GGUF's values.
+ARCH_ARGS = {
+    "llama": ["--heads", "4", "--kv-heads", "2", "--head-dim", "64"],
+    "qwen3": ["--heads", "4", "--kv-heads", "2", "--head-dim", "64"],
+    "qwen3moe": ["--heads", "4", "--kv-heads", "2", "--head-dim", "64"],
+    "glm4moe": ["--heads", "4", "--kv-heads", "2", "--head-dim", "64"],
+    "deepseek2": ["--heads", "4", "--kv-lora", "512", "--qk-rope", "64", "--qk-nope", "32",
+                  "--v-head", "32", "--q-lora", "128"],
+}
+
+
+def tool(name):
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        pytest.fail(f"{path} is not built (GGUFKIT_BIN={BIN!r})")
+    return path
+
+
+def make_model(arch, folder, seed=1):
+    """A BF16 GGUF of arch and the HF checkpoint it converts to (tokenizer, chat template and
+    generation_config.json included). Returns (gguf path, HF folder)."""
+    os.makedirs(folder, exist_ok=True)
+    gguf = os.path.join(folder, f"{arch}.gguf")
+    hf = os.path.join(folder, f"{arch}-hf")
+    subprocess.run([GEN, "model", "--arch", arch, "--type", "BF16", "--type-map",
+                    r"norm\.weight$=BF16", "--seed", str(seed), "--no-sync", "--force",
+                    *ARCH_ARGS[arch], gguf], check=True, capture_output=True)
+    subprocess.run([GEN, "hf", gguf, hf], check=True, capture_output=True)
+    subprocess.run([sys.executable,
+                    os.path.join(HERE, "make_hf_tokenizer.py"), gguf, hf], check=True)
+    return gguf, hf
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One engine process (its own process group, so that its workers stop with it)."""
+
+    def __init__(self, argv, env, url, log, health="/health", timeout=300):
+        self.url = url
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        import urllib.request
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the engine exited ({self.proc.returncode}): {self.tail()}")
+            try:
+                with urllib.request.urlopen(url + health, timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"the engine did not answer {health} in {timeout} s: {self.tail()}")
+
+    def tail(self, n=3000):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-n:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_vllm(hf, folder, dtype="float32", extra=()):
+    port = free_port()
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    argv = [VLLM_PY, "-m", "vllm.entrypoints.openai.api_server", "--model", hf,
+            "--served-model-name", "tiny", "--max-model-len", "512", "--enforce-eager",
+            "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port), *extra]
+    return Server(argv, env, f"http://127.0.0.1:{port}",
+                  os.path.join(folder, f"vllm-{os.path.basename(hf)}-{dtype}.log"))
+
+
+def check_engine(model, url, *args, timeout=600):
+    """ref-forward check-engine --json; returns (exit code, parsed JSON or None, stderr)."""
+    r = subprocess.run([tool("ref-forward"), "check-engine", model, "--url", url, "--json",
+                        "--timeout", "120", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    try:
+        out = json.loads(r.stdout) if r.stdout.strip() else None
+    except json.JSONDecodeError:
+        out = None
+    return r.returncode, out, r.stderr
