@@ -57,13 +57,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((rc == 0) != (rep != NULL))
         __builtin_trap();
     if (rep) {
-        static const char *vocab[V];
+        static gguf_engine_text vocab[V];
         static char texts[V][4];
         for (int i = 0; i < V; i++) {
             texts[i][0] = (char)('A' + i % 26);
             texts[i][1] = (char)('a' + i / 26);
             texts[i][2] = 0;
-            vocab[i] = texts[i];
+            vocab[i].text = texts[i];
+            vocab[i].id = i;
         }
         const int32_t prompt[4] = {1, 2, 3, 4};
         if (gguf_engine_reply_resolve(rep, vocab, V, prompt, 4) < 0)

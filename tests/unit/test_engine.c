@@ -513,7 +513,8 @@ END_TEST
 
 START_TEST(resolve_ids)
 {
-    const char *vocab[6] = {"<unk>", " Paris", ".", ",", " a", " a"};
+    const gguf_engine_text vocab[6] = {{"<unk>", 0}, {" Paris", 1}, {".", 2},
+                                       {",", 3},     {" a", 4},     {" a", 5}};
     const char *body = "{\"choices\":[{\"text\":\"x\",\"logprobs\":{\"tokens\":[\"A\",\"B\",\" Paris\","
                        "\".\"],\"token_logprobs\":[null,-1,-0.5,-0.25],\"top_logprobs\":[null,"
                        "{\"B\":-1,\"C\":-2},{\" Paris\":-0.5,\" a\":-1.5},{\".\":-0.25,\",\":-2,"
