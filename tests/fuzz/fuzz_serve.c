@@ -5,9 +5,13 @@
  * tokenizer, texts with split UTF-8), with the server's real limits.
  *
  * Input: "METHOD PATH\nAUTHORIZATION\nBODY" (the second line may be empty:
- * no header). Invariants checked on every answer: a status the API
- * documents; a JSON body (or one server-sent event of JSON for a stream);
- * an error body is {"error": {...}} whose code equals the status.
+ * no header). A fragment on the path, which HTTP never sends, stands for what
+ * the transport knows of the client: "#alive=N" (it goes away after N
+ * liveness checks), "#framing" (its Content-Length headers differ).
+ * Invariants checked on every answer: a status the API documents; a JSON
+ * body (or one server-sent event of JSON for a stream); an error body is
+ * {"error": {...}} whose code equals the status; a completion's every
+ * prompt holds a token (decoding starts from the last prompt token's row).
  * Corpus: tests/fuzz/corpus/serve, named after what each request gets.
  */
 #include <jansson.h>
@@ -61,9 +65,23 @@ static int f_tokenize(void *user, const char *text, size_t len, bool bos, int32_
     *n = 0;
     if (bos)
         (*ids)[(*n)++] = 1;
+    /* control bytes vanish, as in WordPiece: a text can give no tokens */
     for (size_t i = 0; i < len; i++)
-        (*ids)[(*n)++] = 3 + (unsigned char)text[i] % (V - 3);
+        if ((unsigned char)text[i] >= 0x20)
+            (*ids)[(*n)++] = 3 + (unsigned char)text[i] % (V - 3);
     return 0;
+}
+
+typedef struct liveness {
+    int checks_left;
+    bool said_gone;
+} liveness;
+
+static bool f_alive(void *user)
+{
+    liveness *l = user;
+    l->said_gone |= l->checks_left-- <= 0;
+    return !l->said_gone;
 }
 
 static gguf_serve *server(void)
@@ -94,6 +112,24 @@ static gguf_serve *server(void)
     return s;
 }
 
+/* Every prompt of a completion held a token: OpenAI usage counts at least
+ * one per choice, llama-server's tokens_evaluated at least one per answer. */
+static void check_prompts(json_t *j)
+{
+    json_t *choices = json_object_get(j, "choices");
+    if (json_is_array(choices) &&
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")) <
+            (json_int_t)json_array_size(choices))
+        __builtin_trap();
+    const size_t n = json_is_array(j) ? json_array_size(j) : 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_object_get(json_is_array(j) ? json_array_get(j, i) : j,
+                                    "tokens_evaluated");
+        if (t && json_integer_value(t) < 1)
+            __builtin_trap();
+    }
+}
+
 static void check_body(const gguf_serve_response *r)
 {
     const char *b = r->body;
@@ -116,6 +152,8 @@ static void check_body(const gguf_serve_response *r)
         __builtin_trap();
     if (e && json_integer_value(json_object_get(e, "code")) != r->status)
         __builtin_trap();
+    if (r->status == 200)
+        check_prompts(j);
     json_decref(j);
 }
 
@@ -140,6 +178,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         *sp = 0;
         path = sp + 1;
     }
+    gguf_serve_client cl = {0};
+    liveness l = {0, false};
+    char *frag = strchr(path, '#');
+    if (frag) {
+        *frag = 0;
+        if (strncmp(frag + 1, "alive=", 6) == 0) {
+            l.checks_left = atoi(frag + 7);
+            cl.alive = f_alive;
+            cl.user = &l;
+        } else if (strcmp(frag + 1, "framing") == 0) {
+            cl.bad_framing = "Content-Length headers that differ";
+        }
+    }
     gguf_serve_request q = {0};
     q.method = method;
     q.path = path;
@@ -148,13 +199,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     q.body_len = size - (size_t)(nl2 + 1 - in);
     gguf_serve_response r;
     gguf_error err;
-    if (gguf_serve_handle(server(), &q, &r, &err) != 0)
+    if (gguf_serve_handle_client(server(), &q, &cl, &r, &err) != 0)
         __builtin_trap();
-    static const int ok[] = {200, 400, 401, 404, 405, 413, 500, 501, 503};
+    static const int ok[] = {200, 400, 401, 404, 405, 413, 499, 500, 501, 503};
     bool known = false;
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         known |= r.status == ok[i];
-    if (!known || r.status == 500 || r.status == 503 || !r.body || !r.content_type)
+    if (!known || r.status == 500 || r.status == 503 || !r.body || !r.content_type ||
+        (r.status == 499) != l.said_gone ||
+        (cl.bad_framing && r.status != 400))
         __builtin_trap();
     check_body(&r);
     gguf_serve_response_clear(&r);

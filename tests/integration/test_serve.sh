@@ -3,7 +3,8 @@
 # curl: every refusal class (400, 401, 404, 405, 413, 501, 503) as an OpenAI-style
 # error object, a burst of concurrent clients, the --tp server against the
 # reference and the --tp --inject one against both, clean SIGINT/SIGTERM, bad usage.
-# The openai client and lm-eval's requests: tests/interop/test_serve_openai.py.
+# The openai client and lm-eval's requests: tests/interop/test_serve_openai.py;
+# misbehaving clients (slowloris, gone away, bad framing): test_serve_transport.sh.
 source "$(dirname "$0")/lib.sh"
 R=$GGUFKIT_BIN/ref-forward
 command -v curl >/dev/null || skip "curl is not installed"
@@ -278,21 +279,43 @@ sys.exit(0 if t==[344,503,785,294,568,90,296,446,355] else 1)" && pass ||
     stop TERM
 fi
 
-# ---- a vocabulary the tokenizer refuses: text gets 501, token ids work ----
-python3 - "$T/llama.gguf" "$T/nope.gguf" <<'PY'
+# with_tokenizer KIND OUT: llama.gguf with tokenizer.ggml.model set to KIND.
+with_tokenizer() {
+    python3 - "$T/llama.gguf" "$2" "$1" <<'PY'
 import sys, gguf
 r = gguf.GGUFReader(sys.argv[1])
 w = gguf.GGUFWriter(sys.argv[2], r.fields["general.architecture"].contents())
 for name, f in r.fields.items():
     if name.startswith("GGUF.") or name == "general.architecture":
         continue
-    v = "no-such-model" if name == "tokenizer.ggml.model" else f.contents()
+    v = sys.argv[3] if name == "tokenizer.ggml.model" else f.contents()
     sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
     w.add_key_value(name, v, f.types[0], sub_type=sub)
 for t in r.tensors:
     w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
 w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 PY
+}
+
+# ---- WordPiece (bert) drops whitespace: a text of none gives no tokens, 400 ----
+# (it decoded from logits no eval wrote: a different answer each time)
+with_tokenizer bert "$T/bert.gguf"
+start "$T/bert.gguf" || { finish; exit 1; }
+req 200 POST /tokenize '{"prompt": " ", "add_special_tokens": false}'
+contains "$T/body" '"count":0'
+for body in '{"prompt": " ", "add_special_tokens": false, "max_tokens": 2, "logprobs": 1}' \
+            '{"prompt": ["a", " \t "], "add_special_tokens": false}'; do
+    req 400 POST $C "$body"
+    error_is 400 prompt "no tokens"
+done
+req 400 POST /completion '{"prompt": " ", "add_special": false, "n_predict": 2}'
+error_is 400 prompt "no tokens"
+# with BOS ([CLS]) it is a prompt of one token
+req 200 POST $C '{"prompt": " ", "max_tokens": 1}'
+stop TERM
+
+# ---- a vocabulary the tokenizer refuses: text gets 501, token ids work ----
+with_tokenizer no-such-model "$T/nope.gguf"
 start "$T/nope.gguf" || { finish; exit 1; }
 req 501 POST $C '{"prompt": "hello"}'
 error_is 501 prompt "send token ids"

@@ -22,6 +22,7 @@
 
 typedef struct fake {
     int64_t pos;
+    int resets;
     bool fail;             /* eval fails */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -50,6 +51,7 @@ static int f_reset(void *user, gguf_error *err)
 {
     fake *f = user;
     f->pos = 0;
+    f->resets++;
     return 0;
 }
 
@@ -93,6 +95,8 @@ static int f_tokenize(void *user, const char *text, size_t len, bool bos, int32_
         (*ids)[(*n)++] = 1;
     for (size_t i = 0; i < len; i++) {
         const unsigned char c = (unsigned char)text[i];
+        if (c == '\t')
+            continue; /* vanishes, as control characters do in WordPiece */
         int32_t id = 39;
         if (c >= 'a' && c <= 'z')
             id = 9 + (c - 'a');
@@ -830,6 +834,127 @@ START_TEST(create_checks)
 }
 END_TEST
 
+/* A text prompt the tokenizer finds nothing in: 400 as an empty id list,
+ * before the queue and the model (decoding would start from a logits row
+ * that no eval wrote). */
+START_TEST(text_without_tokens)
+{
+    gguf_serve *s = make(NULL, 0, true);
+    refuse(s, "{\"prompt\": \"\\t\", \"add_special_tokens\": false}", 400, "prompt", "no tokens");
+    refuse(s, "{\"prompt\": \"\\t\\t\", \"add_special_tokens\": false, \"max_tokens\": 0, "
+              "\"echo\": true}", 400, "prompt", "no tokens");
+    refuse(s, "{\"prompt\": [\"ab\", \"\\t\"], \"add_special_tokens\": false}", 400, "prompt",
+           "no tokens");
+    assert_error(call(s, "POST", "/completion", "{\"prompt\": \"\\t\", \"add_special\": false}",
+                      400), 400, "prompt", "no tokens");
+    assert_error(call(s, "POST", "/completion", "{\"prompt\": [\"\\t\", \"\\t\"], "
+                                                "\"add_special\": false}", 400),
+                 400, "prompt", "no tokens");
+    /* a mixed llama-server prompt holds the ids beside the text */
+    json_decref(call(s, "POST", "/completion", "{\"prompt\": [\"\\t\", 5], \"add_special\": "
+                                               "false, \"n_predict\": 1}", 200));
+    gguf_serve_stats st;
+    gguf_serve_get_stats(s, &st);
+    ck_assert_uint_eq(st.model_requests, 1);
+    ck_assert_int_eq(F.resets, 1);
+    /* BOS alone is a prompt */
+    json_t *j = post(s, "{\"prompt\": \"\\t\", \"max_tokens\": 1}", 200);
+    json_t *u = json_object_get(j, "usage");
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "prompt_tokens")), 1);
+    json_decref(j);
+    /* /tokenize may answer no tokens: nothing is decoded */
+    j = call(s, "POST", "/tokenize", "{\"prompt\": \"\\t\", \"add_special_tokens\": false}", 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "count")), 0);
+    json_decref(j);
+    gguf_serve_free(s);
+}
+END_TEST
+
+/* What the transport knows of the client: ambiguous framing comes first (a
+ * 400 even without the API key), and a client gone away stops its request. */
+START_TEST(framing_first)
+{
+    gguf_serve *s = make("sekrit", 0, true);
+    const char *body = "{\"prompt\": [1, 9], \"max_tokens\": 1}";
+    gguf_serve_request q = {"POST", "/v1/completions", NULL, body, strlen(body), false};
+    gguf_serve_client cl = {0};
+    cl.bad_framing = "Content-Length headers that differ ('5' and '36')";
+    gguf_serve_response r;
+    gguf_error err;
+    ck_assert_int_eq(gguf_serve_handle_client(s, &q, &cl, &r, &err), 0);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert(!r.www_authenticate);
+    assert_error(json_loadb(r.body, r.body_len, 0, NULL), 400, NULL, "'5' and '36'");
+    gguf_serve_response_clear(&r);
+    ck_assert_int_eq(F.resets, 0);
+    /* without it: the API key as before; a NULL client is gguf_serve_handle */
+    ck_assert_int_eq(gguf_serve_handle_client(s, &q, NULL, &r, &err), 0);
+    ck_assert_int_eq(r.status, 401);
+    gguf_serve_response_clear(&r);
+    gguf_serve_free(s);
+}
+END_TEST
+
+typedef struct liveness {
+    int calls;
+    int alive_for;          /* calls answered true, then false */
+} liveness;
+
+static bool alive_for_a_while(void *user)
+{
+    liveness *l = user;
+    return l->calls++ < l->alive_for;
+}
+
+START_TEST(client_gone_stops_the_request)
+{
+    gguf_serve *s = make(NULL, 0, true);
+    const char *body = "{\"prompt\": [1, 9, 10], \"max_tokens\": 50, \"ignore_eos\": true}";
+    gguf_serve_request q = {"POST", "/v1/completions", NULL, body, strlen(body), false};
+    /* gone after the reset, the prompt and 4 generated tokens: asked before
+     * each model call, so no more than 1 + 4 evals happen */
+    liveness l = {0, 6};
+    gguf_serve_client cl = {NULL, alive_for_a_while, &l};
+    gguf_serve_response r;
+    gguf_error err;
+    ck_assert_int_eq(gguf_serve_handle_client(s, &q, &cl, &r, &err), 0);
+    ck_assert_int_eq(r.status, 499);
+    json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+                     "ClientClosedRequestError");
+    assert_error(j, 499, NULL, "client closed");
+    gguf_serve_response_clear(&r);
+    ck_assert_int_eq(l.calls, 7);
+    gguf_serve_stats st;
+    gguf_serve_get_stats(s, &st);
+    ck_assert_uint_eq(st.client_gone, 1);
+    ck_assert_uint_eq(st.tokens_evaluated, 3 + 4);
+    /* gone before its turn: the model is not touched */
+    l = (liveness){0, 0};
+    ck_assert_int_eq(gguf_serve_handle_client(s, &q, &cl, &r, &err), 0);
+    ck_assert_int_eq(r.status, 499);
+    gguf_serve_response_clear(&r);
+    ck_assert_int_eq(F.resets, 1);
+    gguf_serve_get_stats(s, &st);
+    ck_assert_uint_eq(st.client_gone, 2);
+    ck_assert_uint_eq(st.tokens_evaluated, 7);
+    /* the server goes on; a client that stays gets its whole answer, and
+     * requests that run no model never ask */
+    l = (liveness){0, 1000};
+    ck_assert_int_eq(gguf_serve_handle_client(s, &q, &cl, &r, &err), 0);
+    ck_assert_int_eq(r.status, 200);
+    gguf_serve_response_clear(&r);
+    ck_assert_int_eq(l.calls, 1 + 1 + 49);
+    l = (liveness){0, 0};
+    gguf_serve_request h = {"GET", "/health", NULL, NULL, 0, false};
+    ck_assert_int_eq(gguf_serve_handle_client(s, &h, &cl, &r, &err), 0);
+    ck_assert_int_eq(r.status, 200);
+    gguf_serve_response_clear(&r);
+    ck_assert_int_eq(l.calls, 0);
+    gguf_serve_free(s);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *su = suite_create("serve");
@@ -849,6 +974,9 @@ static Suite *suite(void)
     tcase_add_test(tc, queue_full_then_drains);
     tcase_add_test(tc, cancel_stops_running_and_waiting);
     tcase_add_test(tc, create_checks);
+    tcase_add_test(tc, text_without_tokens);
+    tcase_add_test(tc, framing_first);
+    tcase_add_test(tc, client_gone_stops_the_request);
     suite_add_tcase(su, tc);
     return su;
 }
