@@ -30,10 +30,11 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 py=${PYTHON:-python3}
-if [ "$tests" = 1 ] && ! "$py" -c 'import gguf, numpy, pytest, openai, safetensors, ml_dtypes, xxhash, tokenizers' \
+if [ "$tests" = 1 ] && ! "$py" -c 'import gguf, numpy, pytest, openai, safetensors, ml_dtypes, xxhash, tokenizers, transformers; assert int(transformers.__version__.split(".")[0]) >= 5' \
         >/dev/null 2>&1; then
-    echo "setup: installing gguf numpy pytest openai safetensors ml_dtypes xxhash tokenizers from PyPI" >&2
-    "$py" -m pip install -q gguf numpy pytest openai safetensors ml_dtypes xxhash tokenizers
+    # transformers (no torch): its config classes are the oracle of the HF config tests
+    echo "setup: installing gguf numpy pytest openai safetensors ml_dtypes xxhash tokenizers transformers from PyPI" >&2
+    "$py" -m pip install -q gguf numpy pytest openai safetensors ml_dtypes xxhash tokenizers 'transformers>=5'
 fi
 
 # nvcc is optional: the CUDA parts build where it exists.

@@ -51,7 +51,7 @@ GLMDSA = dict(DSV3, architectures=["GlmMoeDsaForCausalLM"], model_type="glm_moe_
               mlp_layer_types=["dense", "sparse"], rope_parameters={"rope_theta": 1e6})
 del GLMDSA["first_k_dense_replace"]
 DSV2 = dict(DSV3, architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2",
-            q_lora_rank=None, scoring_func="softmax", topk_method="greedy")
+            q_lora_rank=None, scoring_func="softmax", topk_method="greedy", norm_topk_prob=False)
 LLAMA3 = dict(LLAMA, rope_parameters=None, rope_theta=500000.0,
               rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
@@ -65,6 +65,16 @@ def j(c):
     return json.dumps(c, indent=1).encode()
 
 
+# The spellings transformers reads besides the ones above (tests/interop/
+# test_hf_config_transformers.py checks them against transformers itself).
+QWEN3MOE5 = dict(drop(QWEN3MOE, "num_experts", "rope_theta"), num_local_experts=8,
+                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+GLM4MOE5 = dict(drop(GLM4MOE, "partial_rotary_factor", "rope_theta", "n_routed_experts"),
+                num_local_experts=8, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                      "partial_rotary_factor": 0.25})
+GLMDSA4 = dict(GLMDSA, num_hidden_layers=4, mlp_layer_types=["dense", "sparse", "sparse",
+                                                              "sparse"])
+
 CASES = {
     "ok--llama": j(LLAMA),
     "ok--llama3-rope": j(LLAMA3),
@@ -77,6 +87,23 @@ CASES = {
     "ok--glm4moe": j(GLM4MOE),
     "ok--glm-dsa": j(GLMDSA),
     "ok--model-type-only": j(drop(LLAMA, "architectures")),
+    "ok--qwen3moe-num-local-experts": j(QWEN3MOE5),
+    "ok--qwen3moe-both-expert-names": j(dict(QWEN3MOE5, num_experts=8)),
+    "ok--deepseek-v2-num-experts": j(dict(drop(DSV2, "n_routed_experts"), num_experts=8)),
+    "ok--deepseek-v3-num-local-experts": j(dict(drop(DSV3, "n_routed_experts"),
+                                                num_local_experts=8, head_dim=32)),
+    "ok--glm4moe-rope-parameters": j(GLM4MOE5),
+    "ok--glm-dsa-num-experts": j(dict(drop(GLMDSA, "n_routed_experts"), num_experts=8,
+                                      first_k_dense_replace=1, indexer_types=["full", "full"],
+                                      layer_types=["indexed_attention"] * 2)),
+    "ok--glm-dsa-first-k-clipped": j(dict(drop(GLMDSA, "mlp_layer_types"),
+                                          first_k_dense_replace=3)),
+    "ok--qwen2-sliding-unused": j(dict(QWEN2, use_sliding_window=True, sliding_window=4096,
+                                       max_window_layers=1)),
+    "ok--qwen3-rope-scaling-wins": j(dict(QWEN3, rope_parameters={"rope_type": "default",
+                                                                  "rope_theta": 5.0})),
+    "ok--qwen3-orig-ctx-top-level": j(dict(QWEN3, original_max_position_embeddings=8192)),
+    "ok--llama-swish": j(dict(LLAMA, hidden_act="swish")),
     "GGUF_E_BAD_VALUE--not-json": b'{"hidden_size": 128,',
     "GGUF_E_BAD_VALUE--not-object": b"[1, 2]",
     "GGUF_E_BAD_VALUE--duplicate-key": b'{"hidden_size": 1, "hidden_size": 2}',
@@ -90,7 +117,24 @@ CASES = {
     "GGUF_E_UNSUPPORTED--architecture": j(dict(LLAMA, architectures=["GPT2LMHeadModel"])),
     "GGUF_E_UNSUPPORTED--model-type": j(dict(drop(LLAMA, "architectures"), model_type="gpt2")),
     "GGUF_E_UNSUPPORTED--activation": j(dict(LLAMA, hidden_act="gelu")),
-    "GGUF_E_UNSUPPORTED--sliding-window": j(dict(QWEN2, use_sliding_window=True)),
+    "GGUF_E_UNSUPPORTED--sliding-window": j(dict(QWEN2, use_sliding_window=True,
+                                                 max_window_layers=0)),
+    "GGUF_E_UNSUPPORTED--sliding-layer-types": j(dict(QWEN3, use_sliding_window=True,
+                                                      layer_types=["sliding_attention"])),
+    "GGUF_E_UNSUPPORTED--rope-per-layer-type": j(dict(QWEN2, rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6}})),
+    "GGUF_E_UNSUPPORTED--yarn-no-truncate": j(dict(QWEN3, rope_scaling=dict(
+        QWEN3["rope_scaling"], truncate=False))),
+    "GGUF_E_UNSUPPORTED--dsa-shared-indexer": j(dict(GLMDSA, indexer_types=["full", "shared"])),
+    "GGUF_E_UNSUPPORTED--dsa-topk-pattern": j(dict(GLMDSA, index_topk_pattern="FS")),
+    "GGUF_E_UNSUPPORTED--dsa-topk-freq": j(dict(GLMDSA4, index_topk_freq=2)),
+    "GGUF_E_UNSUPPORTED--v2-norm-topk": j(dict(DSV2, norm_topk_prob=True)),
+    "GGUF_E_UNSUPPORTED--v2-sigmoid": j(dict(DSV2, scoring_func="sigmoid")),
+    "GGUF_E_UNSUPPORTED--v2-group-limited": j(dict(DSV2, topk_method="group_limited_greedy")),
+    "GGUF_E_UNSUPPORTED--v3-softmax": j(dict(DSV3, scoring_func="softmax")),
+    "GGUF_E_UNSUPPORTED--v3-greedy-groups": j(dict(DSV3, topk_method="greedy")),
+    "GGUF_E_UNSUPPORTED--attention-bias": j(dict(LLAMA, attention_bias=True)),
+    "GGUF_E_UNSUPPORTED--mlp-bias": j(dict(LLAMA, mlp_bias=True)),
     "GGUF_E_UNSUPPORTED--rope-dynamic": j(dict(LLAMA, rope_parameters={"rope_type": "dynamic",
                                                                        "factor": 2.0})),
     "GGUF_E_UNSUPPORTED--mla-yarn-mscale": j(dict(DSV3, rope_parameters=dict(
@@ -117,6 +161,14 @@ CASES = {
     "GGUF_E_BAD_VALUE--heads-kv": j(dict(LLAMA, num_key_value_heads=3)),
     "GGUF_E_BAD_VALUE--eps": j(dict(LLAMA, rms_norm_eps=0)),
     "GGUF_E_BAD_VALUE--llama-partial-rope": j(dict(LLAMA, partial_rotary_factor=0.5)),
+    "GGUF_E_BAD_VALUE--qwen3-partial-rope": j(dict(QWEN3, rope_scaling=None, rope_parameters={
+        "rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
+    "GGUF_E_BAD_VALUE--experts-disagree": j(dict(QWEN3MOE5, num_experts=16)),
+    "GGUF_E_BAD_VALUE--experts-unread-name": j(dict(drop(DSV3, "n_routed_experts"),
+                                                    num_experts=8)),
+    "GGUF_E_BAD_VALUE--mla-kv-heads": j(dict(DSV3, num_key_value_heads=1)),
+    "GGUF_E_BAD_VALUE--v3-head-dim": j(dict(DSV3, head_dim=64)),
+    "GGUF_E_BAD_VALUE--dense-layers-disagree": j(dict(GLMDSA, first_k_dense_replace=0)),
     "GGUF_E_BAD_VALUE--mla-nope": j(dict(DSV3, qk_nope_head_dim=0)),
     "GGUF_E_BAD_VALUE--expert-groups": j(dict(DSV3, n_group=3)),
     "GGUF_E_BAD_VALUE--experts-used": j(dict(DSV3, num_experts_per_tok=9)),
