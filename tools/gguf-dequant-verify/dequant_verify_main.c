@@ -38,7 +38,8 @@ static const cli_opt options[] = {
      "write the one selected tensor as float32 .npy, shape = reversed ggml ne"},
     {OPT_REFERENCE, "reference", 1, "DIR|INDEX|FILE",
      "compare with the original safetensors checkpoint (any dtype, block-scaled FP8, NVFP4): "
-     "relative RMS and SNR"},
+     "relative RMS and SNR, and the worst block of its scale grid and the worst row; one far "
+     "out of line with the rest of its tensor fails it"},
     {OPT_ALLOW_NONFINITE, "allow-nonfinite", 0, NULL, "NaN/Inf in the output is not a failure"},
     {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/gguf-dequant-verify.md)"},
     {OPT_GPU, "gpu", 2, "[auto]",
@@ -57,9 +58,9 @@ static const cli_spec spec = {
     "Dequantize every tensor of a GGUF file, or of a whole split set given any of its\n"
     "parts, and report per tensor: type, shape, min, max, mean, std, absmax, NaN and Inf\n"
     "counts, and blocks with zero, NaN, Inf or subnormal scales. Exit 1 when a value is\n"
-    "not finite (unless --allow-nonfinite), when a tensor is far from its --reference,\n"
-    "or when --gpu finds a difference. Memory stays bounded: a chunk of one tensor at a\n"
-    "time.",
+    "not finite (unless --allow-nonfinite), when a tensor is far from its --reference or\n"
+    "one block or row of it is far out of line with the rest (a wrong scale), or when\n"
+    "--gpu finds a difference. Memory stays bounded: a chunk of one tensor at a time.",
     options,
     "  gguf-dequant-verify model-00001-of-00010.gguf\n"
     "  gguf-dequant-verify --json --tensor 'blk\\.3\\.' model.gguf\n"
@@ -190,23 +191,25 @@ static void json_units(FILE *f, const dv_unit_report *u)
     fprintf(f, ", \"flagged\": %s}}", u->worst_excess_db >= DV_OUTLIER_DB ? "true" : "false");
 }
 
-/* "worst block [r0:r1, c0:c1] of N (BRxBC): SNR .. dB (median ..) excess .. dB  ok|FLAGGED" */
+/* "worst block [r0:r1, c0:c1] of N (BRxBC): SNR .. dB (median ..) excess .. dB  ok|FLAGGED..."
+ * ("worst row R of N: ..."; in a stack of experts "... in expert E, of N"). */
 static void print_units(FILE *f, int indent, const char *what, const dv_unit_report *u)
 {
     if (!u->have || u->worst_excess_db == -INFINITY)
         return; /* every unit exact: nothing to name */
     int64_t e, r0, r1, c0, c1;
     unit_span(u, &e, &r0, &r1, &c0, &c1);
+    const bool row = !strcmp(what, "row");
     fprintf(f, "%*sworst %s ", indent, "", what);
-    if (e >= 0)
-        fprintf(f, "expert %lld ", (long long)e);
-    if (u->unit_cols == 1 || strcmp(what, "row") != 0)
+    if (row)
+        fprintf(f, "%lld", (long long)r0);
+    else
         fprintf(f, "[%lld:%lld, %lld:%lld]", (long long)r0, (long long)r1, (long long)c0,
                 (long long)c1);
-    else
-        fprintf(f, "%lld", (long long)r0);
+    if (e >= 0)
+        fprintf(f, " in expert %lld,", (long long)e);
     fprintf(f, " of %llu", (unsigned long long)u->count);
-    if (strcmp(what, "row") != 0)
+    if (!row)
         fprintf(f, " (%lldx%lld)", (long long)u->unit_rows, (long long)u->unit_cols);
     fprintf(f, ": SNR %.1f dB (median %.1f) excess %.1f dB  ", unit_snr_db(&u->worst),
             u->median_snr_db, u->worst_excess_db);

@@ -220,8 +220,8 @@ static int find_ref(dv_ref_result *r, const gguf_st_set *st, const char *name, g
 
 /* ---- the units: blocks of the reference's grid, and rows ---- */
 
-/* Units of more than one row are held whole, up to this many (16 MiB at 40 B). */
-#define DV_GRID_MAX_HELD ((int64_t)1 << 22)
+/* Units of more than one row are held whole, up to this many (40 MiB). */
+#define DV_GRID_MAX_HELD ((int64_t)1 << 20)
 
 static void grid_free(dv_grid *g)
 {
@@ -262,7 +262,7 @@ static int grid_begin(dv_grid *g, const gguf_st_weight *w, int64_t mat_rows, int
     g->mat_rows = mat_rows;
     g->cols = cols;
     g->n_mat = n_mat;
-    if (g->br * g->bc > INT32_MAX) { /* one scale for a whole matrix: rows say it all */
+    if (g->br > INT32_MAX / g->bc) { /* one scale for a whole matrix: rows say it all */
         g->br = 1;
         g->bc = cols;
     }

@@ -1,4 +1,5 @@
-/* Per-tensor statistics and the scan for suspicious block scales. */
+/* Per-tensor statistics, the scan for suspicious block scales, and the units
+ * (blocks, rows) out of line with the rest of their tensor. */
 #include "dequant_verify.h"
 
 #include <errno.h>
