@@ -125,10 +125,11 @@ m = f"{T}/llama.gguf"
 with Serve(m) as s:
     rc, d, out, err = check(m, s.url, "--tokens", TOK, "-n", "2", "--json", "--tol",
                             "dlogprob=off,kl=0.001")
-    if rc != 0 or d["tolerances"] != {"dlogprob": None, "kl": 0.001, "top1": 1, "tie": 0.02}:
+    if rc != 0 or d["tolerances"] != {"dlogprob": None, "kl": 0.001, "top1": 0.9, "tie": 0.02,
+                                          "outliers": 0.2, "median": 0.01}:
         bad.append(f"--tol dlogprob=off --json: exit {rc} {d and d['tolerances']} {err.strip()}")
     rc, _, out, err = check(m, s.url, "--tokens", TOK, "-n", "2", "--tol", "strict,tie=off")
-    if rc != 0 or "tolerances: dlogprob 0.001, kl 1e-05, top1 1, tie off\n" not in out:
+    if rc != 0 or "tolerances: dlogprob 0.001, kl 1e-05, top1 1, tie off, outliers off, median off\n" not in out:
         bad.append(f"--tol tie=off text: exit {rc} {out[-200:]!r} {err.strip()}")
 
 # 3. faulty plans diverge at the right sequence index

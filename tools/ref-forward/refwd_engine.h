@@ -113,6 +113,8 @@ typedef struct ce_totals {
     double top1_agreement, kl_topk_mean, max_abs_dlogprob;
     int tokenization_match;       /* 1 all checked agree, 0 one differs, -1 none checked */
     int64_t n_positions;
+    int64_t n_over;               /* positions over a per-position bound */
+    double median_abs_dlogprob;   /* pooled over every prompt */
 } ce_totals;
 
 void ce_totals_compute(ce_totals *t, ce_result *const *res, int n);

@@ -103,27 +103,31 @@ const char *ce_piece(const gguf_file *meta, int32_t id, char *buf, size_t size)
 void ce_totals_compute(ce_totals *t, ce_result *const *res, int n)
 {
     memset(t, 0, sizeof *t);
-    t->agree = true;
     t->first_prompt = -1;
     t->first_pos = -1;
     t->tokenization_match = -1;
     int64_t counted = 0, agree = 0, n_kl = 0;
     double kl = 0;
+    const gguf_engine_cmp **cmps = calloc((size_t)(n ? n : 1), sizeof *cmps);
+    int n_cmp = 0;
+    bool mismatch = false;
     for (int i = 0; i < n; i++) {
         const gguf_engine_cmp *c = res[i]->cmp;
         if (!c)
             continue;
-        /* an engine that ran another prompt than the one sent diverged, whatever
-         * its numbers say on the prompt it ran */
-        const bool ok = c->agree && res[i]->prompt_mismatch < 0;
-        t->agree = t->agree && ok;
-        if (!ok && t->first_prompt < 0) {
+        if (cmps)
+            cmps[n_cmp++] = c;
+        /* an engine that ran another prompt than the one sent diverged,
+         * whatever its numbers say on the prompt it ran */
+        if (res[i]->prompt_mismatch >= 0 && !mismatch) {
+            mismatch = true;
             t->first_prompt = i;
-            t->first_pos = c->first_divergent;
+            t->first_pos = -1;
         }
         counted += c->n_counted;
         agree += c->n_agree;
         t->n_positions += c->n_pos;
+        t->n_over += c->n_over;
         for (int64_t k = 0; k < c->n_pos; k++)
             if (!isnan(c->pos[k].kl)) {
                 kl += c->pos[k].kl;
@@ -136,19 +140,32 @@ void ce_totals_compute(ce_totals *t, ce_result *const *res, int n)
         else if (res[i]->tok_match == 1 && t->tokenization_match < 0)
             t->tokenization_match = 1;
     }
+    /* the verdict pools every prompt: a near-tie here and there is forgiven
+     * in proportion to all the positions compared (gguf_engine_judge) */
+    t->agree = cmps && n_cmp > 0 && !mismatch &&
+               gguf_engine_judge(cmps, n_cmp, &cmps[0]->tol, &t->median_abs_dlogprob);
+    if (cmps && n_cmp > 0 && mismatch)
+        gguf_engine_judge(cmps, n_cmp, &cmps[0]->tol, &t->median_abs_dlogprob);
+    free(cmps);
+    for (int i = 0; i < n && !t->agree && t->first_prompt < 0; i++) {
+        const gguf_engine_cmp *c = res[i]->cmp;
+        for (int64_t k = 0; c && k < c->n_pos; k++)
+            if (c->pos[k].over) {
+                t->first_prompt = i;
+                t->first_pos = k;
+                break;
+            }
+    }
     t->top1_agreement = counted ? (double)agree / (double)counted : 1.0;
     t->kl_topk_mean = n_kl ? kl / (double)n_kl : 0;
 }
 
-/* Index into c->pos of the first divergent generated position, -1 when none
- * (the rule of gguf_engine_compare: a top-1 flip counts when every top-1 must
- * agree or when the agreement fell below tol.top1). */
+/* Index into c->pos of the first generated position over a bound from the
+ * first divergence on, -1 when none (or when the comparison agrees). */
 static int64_t first_generated(const gguf_engine_cmp *c)
 {
-    const bool top1 = c->tol.top1 >= 1 || (c->tol.top1 >= 0 && c->top1_agreement < c->tol.top1);
-    const uint32_t counts = GGUF_ENG_DLOGPROB | GGUF_ENG_KL | (top1 ? GGUF_ENG_TOP1 : 0u);
     for (int64_t k = c->first_divergent < 0 ? c->n_pos : c->first_divergent; k < c->n_pos; k++)
-        if (!c->pos[k].prompt && (c->pos[k].over & counts))
+        if (!c->pos[k].prompt && c->pos[k].over)
             return k;
     return -1;
 }
@@ -299,15 +316,22 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
                          "the end); the table compares the prompt it ran\n",
                     (long long)r->prompt_mismatch, r->sent_id, r->engine_id);
         }
+        fprintf(out, "outliers:  %lld of %lld positions over a per-position bound; median "
+                     "|dlogprob| %.3e\n",
+                (long long)c->n_over, (long long)c->n_pos, c->median_abs_dlogprob);
         if (c->agree) {
-            fprintf(out, "%s\n", r->prompt_mismatch >= 0 ? "           (on its own prompt: agree)"
-                                                        : "verdict:   agree");
+            fprintf(out, "%s%s\n", r->prompt_mismatch >= 0 ? "           (on its own prompt: agree"
+                                                          : "verdict:   agree",
+                    r->prompt_mismatch >= 0 ? ")" : c->n_over ? " (the outliers are within "
+                                                               "the tolerance: near-ties)" : "");
         } else {
             const gguf_engine_cmp_pos *f = c->first_divergent >= 0 ? &c->pos[c->first_divergent]
                                                                    : NULL;
             const int64_t g = first_generated(c);
             if (!f) {
-                fprintf(out, "verdict:   DIVERGED (top-1 agreement below %.4f)\n", c->tol.top1);
+                fprintf(out, "verdict:   DIVERGED (top-1 agreement below %.4f, or median "
+                             "|dlogprob| %.3e over %g)\n",
+                        c->tol.top1, c->median_abs_dlogprob, c->tol.median);
             } else {
                 fprintf(out, "verdict:   DIVERGED at %s position %lld (sequence index %lld)\n",
                         f->prompt ? "prompt" : "generated",
@@ -334,19 +358,23 @@ void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n
                 print_row(out, rep, r, &c->pos[k], k == c->first_divergent);
         }
     }
-    char tl[4][24];
-    const double tv[4] = {rep->tol->dlogprob, rep->tol->kl, rep->tol->top1, rep->tol->tie};
-    for (int k = 0; k < 4; k++)
+    char tl[6][24];
+    const double tv[6] = {rep->tol->dlogprob, rep->tol->kl,       rep->tol->top1,
+                          rep->tol->tie,      rep->tol->outliers, rep->tol->median};
+    for (int k = 0; k < 6; k++)
         tol_text(tl[k], sizeof tl[k], tv[k]);
-    fprintf(out, "\ntolerances: dlogprob %s, kl %s, top1 %s, tie %s\n", tl[0], tl[1], tl[2],
-            tl[3]);
+    fprintf(out, "\ntolerances: dlogprob %s, kl %s, top1 %s, tie %s, outliers %s, median %s\n",
+            tl[0], tl[1], tl[2], tl[3], tl[4], tl[5]);
+    fprintf(out, "legend:     > first divergence, * over a bound, ~ near-tie (top-1 not "
+                 "counted); seq = index in the teacher-forced sequence\n");
 result:
     fprintf(out, "result: %s", t->agree ? "AGREE" : "DIVERGED");
     if (n > 1)
         fprintf(out, " (%d prompts)", n);
-    fprintf(out, "; top-1 agreement %.4f, KL(top-k) mean %.3e, max |dlogprob| %.3e, "
-                 "tokenization %s\n",
-            t->top1_agreement, t->kl_topk_mean, t->max_abs_dlogprob,
+    fprintf(out, "; top-1 agreement %.4f, KL(top-k) mean %.3e, max |dlogprob| %.3e, median "
+                 "%.3e, outliers %lld of %lld, tokenization %s\n",
+            t->top1_agreement, t->kl_topk_mean, t->max_abs_dlogprob, t->median_abs_dlogprob,
+            (long long)t->n_over, (long long)t->n_positions,
             t->tokenization_match < 0 ? "not checked"
             : t->tokenization_match   ? "agrees"
                                       : "DIFFERS");
@@ -462,6 +490,10 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
     cli_json_num(out, t->kl_topk_mean);
     fputs(", \"max_abs_dlogprob\": ", out);
     cli_json_num(out, t->max_abs_dlogprob);
+    fputs(", \"median_abs_dlogprob\": ", out);
+    cli_json_num(out, t->median_abs_dlogprob);
+    fprintf(out, ", \"positions\": %lld, \"outliers\": %lld", (long long)t->n_positions,
+            (long long)t->n_over);
     fputs(", \"tokenization_match\": ", out);
     json_match(out, t->tokenization_match);
     fputs(", \"url\": ", out);
@@ -486,6 +518,10 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
     json_tol(out, rep->tol->top1);
     fputs(", \"tie\": ", out);
     json_tol(out, rep->tol->tie);
+    fputs(", \"outliers\": ", out);
+    json_tol(out, rep->tol->outliers);
+    fputs(", \"median\": ", out);
+    json_tol(out, rep->tol->median);
     fputs("}, \"prompts\": [", out);
     for (int i = 0; i < n; i++) {
         const ce_result *r = res[i];
@@ -520,6 +556,9 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
         cli_json_num(out, c->kl_topk_max);
         fputs(", \"max_abs_dlogprob\": ", out);
         cli_json_num(out, c->max_abs_dlogprob);
+        fputs(", \"median_abs_dlogprob\": ", out);
+        cli_json_num(out, c->median_abs_dlogprob);
+        fprintf(out, ", \"outliers\": %lld", (long long)c->n_over);
         fputs(", \"tokenization_match\": ", out);
         json_match(out, r->tok_match);
         fputs(", \"tokenization\": ", out);

@@ -274,7 +274,11 @@ int gguf_engine_detect(gguf_engine_api *api, char *model, size_t size,
 
 /* ---- comparison with the reference ---- */
 
-/* Tolerances. A metric is checked when its bound is >= 0. */
+/* Tolerances. A metric is checked when its bound is >= 0. The first four are
+ * per position; outliers and median judge the run as a whole, so that a few
+ * positions pushed over by a near-tie (an MoE routing flip, a bf16 rounding)
+ * do not make a correct engine DIVERGED while a fault, which moves most
+ * positions, still does (docs/check-engine.md, "Calibration"). */
 typedef struct gguf_engine_tol {
     double dlogprob;   /* max |engine - reference| logprob of the chosen token
                           and of every alternative the engine reported (nats) */
@@ -282,16 +286,21 @@ typedef struct gguf_engine_tol {
     double top1;       /* min fraction of counted positions whose top-1 agrees */
     double tie;        /* reference top-1 minus top-2 logprob below which a
                           position is a near-tie: its top-1 is not counted */
+    double outliers;   /* max fraction of the compared positions over a
+                          per-position bound (off: none may be) */
+    double median;     /* max median |dlogprob| of the chosen tokens (nats) */
 } gguf_engine_tol;
 
 /*
  * Named presets (docs/check-engine.md gives the measurements behind them):
- *   "default"  dlogprob 0.05  kl 5e-3  top1 1  tie 0.02
- *              (an engine computing the same model in f32/f16: llama-server
- *              with its F16 KV cache; flags a wrong model, a fault)
- *   "strict"   dlogprob 1e-3  kl 1e-5  top1 1  tie 1e-3 (f32 against f32)
- *   "bf16"     dlogprob 0.5   kl 0.05  top1 0.98  tie 0.1 (bf16 engines)
- *   "quant"    dlogprob 1.0   kl 0.25  top1 0.9  tie 0.25 (a quantized
+ *                dlogprob  kl     top1  tie   outliers  median
+ *   "default"    0.05      5e-3   0.9   0.02  0.2       0.01
+ *              (an engine computing the same model in f32/f16; flags a wrong
+ *              model, a fault)
+ *   "strict"     1e-3      1e-5   1     1e-3  off       off   (f32 against f32,
+ *              dense models: every position within bounds)
+ *   "bf16"       0.1       0.05   0.9   0.1   0.2       0.02  (bf16 engines)
+ *   "quant"      2.5       0.5    0.9   0.25  0.2       off   (a quantized
  *              deployment against a full-precision reference)
  * @return 0 or GGUF_E_INVALID for an unknown name.
  */
@@ -299,7 +308,8 @@ int gguf_engine_tol_preset(gguf_engine_tol *tol, const char *name);
 
 /*
  * Apply "PRESET", "NAME=VALUE[,NAME=VALUE...]" or both ("bf16,kl=0.1") on
- * top of *tol; names dlogprob, kl, top1, tie; VALUE a number >= 0 or "off".
+ * top of *tol; names dlogprob, kl, top1, tie, outliers, median; VALUE a
+ * number >= 0 or "off".
  * @return 0 or GGUF_E_INVALID naming the bad item.
  */
 int gguf_engine_tol_parse(gguf_engine_tol *tol, const char *spec, gguf_error *err);
@@ -338,8 +348,11 @@ typedef struct gguf_engine_cmp {
     gguf_engine_cmp_pos *pos;  /* the positions compared, in reply order */
     int64_t n_pos;
     int64_t n_skipped;         /* positions without a reference row (the first token) */
-    int64_t first_divergent;   /* index into pos of the first over position, -1 */
-    int64_t n_over, n_ties;
+    int64_t first_divergent;   /* index into pos of the first over position when the
+                                  comparison disagrees, -1 when it agrees */
+    int64_t n_over, n_ties;    /* positions over a per-position bound; near-ties */
+    bool engine_nan;           /* the engine wrote null where it owes a number */
+    double median_abs_dlogprob; /* over the chosen tokens (0 when none) */
     int64_t n_counted;         /* positions whose top-1 counts */
     int64_t n_agree;
     double top1_agreement;     /* n_agree / n_counted (1 when none counted) */
@@ -347,7 +360,7 @@ typedef struct gguf_engine_cmp {
     double kl_topk_max;
     double max_abs_dlogprob;   /* over the chosen tokens and alternatives */
     double mean_abs_dlogprob;  /* over the chosen tokens */
-    bool agree;                /* no position over and top1_agreement >= tol.top1 */
+    bool agree;                /* gguf_engine_judge over this reply alone */
     gguf_engine_tol tol;
 } gguf_engine_cmp;
 
@@ -374,6 +387,17 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
                         const gguf_engine_tol *tol, gguf_error *err);
 
 void gguf_engine_cmp_free(gguf_engine_cmp *c);
+
+/*
+ * The verdict over one or several comparisons (the prompts of a run, pooled):
+ * agree when no engine number was null, the positions over a per-position
+ * bound are at most tol.outliers of those compared (none when off), the
+ * median |dlogprob| of the chosen tokens is at most tol.median, and the top-1
+ * agreement is at least tol.top1. median_out (may be NULL) receives the
+ * pooled median. @return true for agree; false also when out of memory.
+ */
+bool gguf_engine_judge(const gguf_engine_cmp *const *c, int n, const gguf_engine_tol *tol,
+                       double *median_out);
 
 #ifdef __cplusplus
 }

@@ -21,10 +21,10 @@ static const struct {
     gguf_engine_tol tol;
 } presets[] = {
     /* see gguf/engine.h and docs/check-engine.md for the measurements */
-    {"default", {0.05, 5e-3, 1.0, 0.02}},
-    {"strict", {1e-3, 1e-5, 1.0, 1e-3}},
-    {"bf16", {0.5, 0.05, 0.98, 0.1}},
-    {"quant", {2.5, 0.5, 0.9, 0.25}},
+    {"default", {0.05, 5e-3, 0.9, 0.02, 0.2, 0.01}},
+    {"strict", {1e-3, 1e-5, 1.0, 1e-3, -1, -1}},
+    {"bf16", {0.1, 0.05, 0.9, 0.1, 0.2, 0.02}},
+    {"quant", {2.5, 0.5, 0.9, 0.25, 0.2, -1}},
 };
 
 int gguf_engine_tol_preset(gguf_engine_tol *tol, const char *name)
@@ -74,11 +74,20 @@ int gguf_engine_tol_parse(gguf_engine_tol *tol, const char *spec, gguf_error *er
                 return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                                  "--tol: top1: %s is a fraction over 1", val);
             tol->top1 = v;
-        } else if (strcmp(item, "tie") == 0)
+        } else if (strcmp(item, "tie") == 0) {
             tol->tie = v;
-        else
+        } else if (strcmp(item, "outliers") == 0) {
+            if (v > 1)
+                return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                                 "--tol: outliers: %s is a fraction over 1", val);
+            tol->outliers = v;
+        } else if (strcmp(item, "median") == 0) {
+            tol->median = v;
+        } else {
             return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
-                             "--tol: unknown name '%s' (dlogprob, kl, top1, tie)", item);
+                             "--tol: unknown name '%s' (dlogprob, kl, top1, tie, outliers, "
+                             "median)", item);
+        }
     }
     return 0;
 }
@@ -302,6 +311,7 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
         if (engine_nan) {
             cp->over |= GGUF_ENG_DLOGPROB;
             c->max_abs_dlogprob = INFINITY;
+            c->engine_nan = true;
         }
         c->n_ties += cp->tie;
         const double worst = isnan(cp->dlogprob_top) ? cp->dlogprob
@@ -327,19 +337,13 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
     c->top1_agreement = c->n_counted ? (double)c->n_agree / (double)c->n_counted : 1.0;
     c->kl_topk_mean = n_kl ? kl_sum / (double)n_kl : 0;
     c->mean_abs_dlogprob = n_dlp ? dlp_sum / (double)n_dlp : 0;
-    /* a top-1 flip diverges by itself when every top-1 must agree, or when
-     * the agreement falls below tol.top1 */
-    const bool top1_low = tol.top1 >= 0 && c->top1_agreement < tol.top1;
-    const uint32_t counts = GGUF_ENG_DLOGPROB | GGUF_ENG_KL |
-                            ((tol.top1 >= 1 || top1_low) ? GGUF_ENG_TOP1 : 0u);
-    for (int64_t k = 0; k < c->n_pos; k++) {
-        if (!(c->pos[k].over & counts))
-            continue;
-        if (c->first_divergent < 0)
+    for (int64_t k = 0; k < c->n_pos; k++)
+        c->n_over += c->pos[k].over != 0;
+    const gguf_engine_cmp *self = c;
+    c->agree = gguf_engine_judge(&self, 1, &tol, &c->median_abs_dlogprob);
+    for (int64_t k = 0; !c->agree && k < c->n_pos && c->first_divergent < 0; k++)
+        if (c->pos[k].over)
             c->first_divergent = k;
-        c->n_over++;
-    }
-    c->agree = c->n_over == 0 && !top1_low;
 done:
     free(lsm);
     if (rc) {
@@ -356,4 +360,48 @@ void gguf_engine_cmp_free(gguf_engine_cmp *c)
         return;
     free(c->pos);
     free(c);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+bool gguf_engine_judge(const gguf_engine_cmp *const *c, int n, const gguf_engine_tol *tol,
+                       double *median_out)
+{
+    int64_t n_pos = 0, n_over = 0, counted = 0, agree = 0, n_dlp = 0;
+    bool nan = false;
+    for (int i = 0; i < n; i++) {
+        n_pos += c[i]->n_pos;
+        n_over += c[i]->n_over;
+        counted += c[i]->n_counted;
+        agree += c[i]->n_agree;
+        nan |= c[i]->engine_nan;
+        for (int64_t k = 0; k < c[i]->n_pos; k++)
+            n_dlp += !isnan(c[i]->pos[k].dlogprob);
+    }
+    /* the median of the chosen tokens' |dlogprob|: a fault moves most of
+     * them, a near-tie only a few */
+    double median = 0;
+    double *v = malloc((size_t)(n_dlp ? n_dlp : 1) * sizeof *v);
+    if (!v)
+        return false;
+    int64_t m = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t k = 0; k < c[i]->n_pos; k++)
+            if (!isnan(c[i]->pos[k].dlogprob))
+                v[m++] = c[i]->pos[k].dlogprob;
+    if (m) {
+        qsort(v, (size_t)m, sizeof *v, cmp_double);
+        median = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    }
+    free(v);
+    if (median_out)
+        *median_out = median;
+    const double allowed = tol->outliers >= 0 ? tol->outliers * (double)n_pos : 0;
+    const double top1 = counted ? (double)agree / (double)counted : 1.0;
+    return !nan && (double)n_over <= allowed && !(tol->median >= 0 && median > tol->median) &&
+           !(tol->top1 >= 0 && top1 < tol->top1);
 }
