@@ -77,6 +77,37 @@ def test_agree_hf_checkpoint_as_model(served):
     assert out["max_abs_dlogprob"] < 1e-3, out["max_abs_dlogprob"]
 
 
+# bfloat16 engines: the bf16 preset (calibrated in docs/check-engine.md) over a run of prompts;
+# an MoE model's routing flips under bf16 rounding are forgiven in proportion, a dense model has
+# none.
+BF16_PROMPTS = ['"Once upon a time there was a little girl"',
+                '{"prompt": "The big boy went to the park and"}',
+                '{"tokens": [1, 300, 301, 302, 303, 304, 305]}',
+                '{"chat": "Tell me a story about a little dog"}']
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3moe"])
+def test_bf16_engine_agrees_under_bf16_preset(tmp_path, arch):
+    d = str(tmp_path)
+    gguf, hf = engines.make_model(arch, d, seed=3)
+    pf = os.path.join(d, "prompts.jsonl")
+    with open(pf, "w") as f:
+        f.write("\n".join(BF16_PROMPTS) + "\n")
+    srv = engines.start_vllm(hf, d, dtype="bfloat16")
+    try:
+        rc, out, err = engines.check_engine(gguf, srv.url, "-n", "16", "--prompts", pf,
+                                            "--tol", "bf16")
+        # and the float32 reference tells it from a float32 engine: the default preset says
+        # DIVERGED on bf16 numbers (median |dlogprob| a few 1e-3 against 1e-6)
+        rc_strict, _, _ = engines.check_engine(gguf, srv.url, "-n", "4", "--prompt",
+                                               "Once upon a time", "--tol", "strict")
+    finally:
+        srv.stop()
+    assert rc == 0, f"{arch} bf16: exit {rc}: {err} {json.dumps(out)[:800] if out else ''}"
+    assert out["median_abs_dlogprob"] > 1e-4, out["median_abs_dlogprob"]  # really bf16
+    assert rc_strict == 1
+
+
 # Faults written into the checkpoint vLLM loads: (arch, name, edit, last sequence index by
 # which the divergence must show). The weight faults act from the second token on; a wrong rope
 # base grows with the distance between tokens, so it shows later, but inside the prompt.

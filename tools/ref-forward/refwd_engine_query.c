@@ -2,6 +2,7 @@
  * the engine's dialect, the reply, and the prompt's token ids as the engine
  * saw them (from the request, the reply, its /tokenize or its echo), so that
  * the reference is teacher-forced on exactly the engine's tokens. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -466,6 +467,23 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
 
     /* every engine-given id of an echoed position must be the prompt's: any
      * other is a reply that contradicts itself */
+    for (int64_t i = 0; i < rp->n_prompt; i++) {
+        gguf_engine_pos *q = &rp->pos[i];
+        const int32_t want = ids[n_ids - rp->n_prompt + i];
+        if (ctx->api == GGUF_API_SGLANG && q->id == 0 && want != 0 && want >= ctx->n_vocab - 1) {
+            /* SGLang reports an input id of vocab_size - 1 and over as 0, and
+             * scores that id: the prompt's token stands, its logprob is unknown */
+            q->id = want;
+            q->logprob = NAN;
+            for (int32_t k = 0; k < q->n_top; k++)
+                free(q->top[k].text);
+            free(q->top);
+            q->top = NULL;
+            q->n_top = 0;
+            ce_note(r, "prompt position %lld: SGLang reported token %d as 0 (ids from "
+                       "vocab_size - 1 on): not compared", (long long)i, want);
+        }
+    }
     for (int64_t i = 0; i < rp->n_prompt; i++)
         if (rp->pos[i].id >= 0 && rp->pos[i].id != ids[n_ids - rp->n_prompt + i]) {
             const int32_t got = rp->pos[i].id, want = ids[n_ids - rp->n_prompt + i];

@@ -202,7 +202,10 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
         const gguf_engine_pos *p = &r->pos[i];
         const int64_t seq = p->prompt ? n_seq_prompt - r->n_prompt + i
                                       : n_seq_prompt + (i - r->n_prompt);
-        if (seq <= 0) {
+        /* the first token has no logprob; nor has a prompt position the engine
+         * did not score (null with no alternatives: the first of SGLang's
+         * input entries, logprob_start_len) - "not given", not the engine's NaN */
+        if (seq <= 0 || (p->prompt && isnan(p->logprob) && p->n_top == 0)) {
             c->n_skipped++;
             continue;
         }

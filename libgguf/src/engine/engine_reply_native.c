@@ -115,7 +115,14 @@ static int sgl_side(gguf_engine_reply *r, json_t *meta, const char *side, bool p
     }
     if (prompt) {
         r->n_prompt = (int64_t)n;
-        free(r->prompt_ids);
+        /* the input entries are the prompt's last n tokens (logprob_start_len);
+         * they are its ids only when they are all of it, and never in place of
+         * the ids the reply gives (a chat choice's prompt_token_ids: SGLang's
+         * meta_info always holds the last prompt token) */
+        json_t *pt = json_object_get(meta, "prompt_tokens");
+        const bool whole = !json_is_integer(pt) || json_integer_value(pt) == (json_int_t)n;
+        if (r->prompt_ids || !whole)
+            return 0;
         r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
         if (!r->prompt_ids)
             return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory for prompt ids");
