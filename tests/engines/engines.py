@@ -122,3 +122,23 @@ def check_engine(model, url, *args, timeout=600):
     except json.JSONDecodeError:
         out = None
     return r.returncode, out, r.stderr
+
+
+def make_gguf(arch, folder, seed=1, type_="F32"):
+    """A GGUF llama.cpp runs as it is (its CPU kernels take F32 norms)."""
+    os.makedirs(folder, exist_ok=True)
+    gguf = os.path.join(folder, f"{arch}-{seed}-{type_}.gguf")
+    subprocess.run([GEN, "model", "--arch", arch, "--type", type_, "--seed", str(seed),
+                    "--no-sync", "--force", *ARCH_ARGS[arch], gguf], check=True,
+                   capture_output=True)
+    return gguf
+
+
+def start_llama_cpp(gguf, folder):
+    """llama-cpp-python's OpenAI-compatible server (llama_cpp.server)."""
+    port = free_port()
+    argv = [LLAMA_PY, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1",
+            "--port", str(port), "--logits_all", "true", "--n_ctx", "512", "--n_threads", "1"]
+    return Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
+                  os.path.join(folder, f"llama-cpp-{os.path.basename(gguf)}.log"),
+                  health="/v1/models")

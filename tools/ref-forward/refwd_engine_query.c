@@ -142,15 +142,30 @@ static int engine_tokenize(ce_ctx *ctx, const ce_prompt *p, const char *text, in
     rq.add_special = true; /* as the completion itself adds BOS */
     char *reply = NULL;
     size_t len = 0;
+    const char *path = "/tokenize";
     int rc = post(ctx, &rq, &reply, &len, err);
+    if (rc == GGUF_E_NOT_FOUND && text && ctx->api == GGUF_API_OPENAI) {
+        /* llama-cpp-python's server: /extras/tokenize {"input"} (its
+         * llama_cpp/server/app.py), BOS added as its completions add it */
+        json_t *o = json_pack("{s:s}", "input", text);
+        char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        long status;
+        free(reply);
+        reply = NULL;
+        path = "/extras/tokenize";
+        rc = body ? refwd_http_call(ctx->http, path, body, &reply, &len, &status, err)
+                  : gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
+        free(body);
+    }
     if (!rc && (rc = gguf_engine_tokens_parse(ids, n, reply, len, err)))
-        with_url(err, rc, ctx, "/tokenize");
+        with_url(err, rc, ctx, path);
     if (!rc && *n == 0) {
         free(*ids);
         *ids = NULL;
         rc = gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
-                             "POST %s/tokenize: reply: tokens: empty (a prompt has at least one "
-                             "token)", refwd_http_url(ctx->http));
+                             "POST %s%s: reply: tokens: empty (a prompt has at least one "
+                             "token)", refwd_http_url(ctx->http), path);
     }
     free(reply);
     return rc;
@@ -429,7 +444,12 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
             return rc;
         r->prompt_ids_from = "/apply-template + /tokenize";
     } else if (!ids && ep == GGUF_EP_CHAT) {
-        if ((rc = engine_tokenize(ctx, p, NULL, &ids, &n_ids, err)))
+        if ((rc = engine_tokenize(ctx, p, NULL, &ids, &n_ids, err)) == GGUF_E_NOT_FOUND)
+            return gguf_error_setf(err, GGUF_E_UNSUPPORTED, 0,
+                                   "the engine's chat reply has no prompt ids and it has no "
+                                   "/tokenize for messages (%s): check it with --prompt or "
+                                   "--tokens", refwd_http_url(ctx->http));
+        if (rc)
             return rc;
         r->prompt_ids_from = "/tokenize";
     } else if (!ids && rp->n_prompt > 0) {

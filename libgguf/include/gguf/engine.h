@@ -352,6 +352,9 @@ typedef struct gguf_engine_cmp {
                                   comparison disagrees, -1 when it agrees */
     int64_t n_over, n_ties;    /* positions over a per-position bound; near-ties */
     bool engine_nan;           /* the engine wrote null where it owes a number */
+    int64_t n_not_greedy;      /* generated tokens below the engine's own top-1 (its
+                                  sampler was not greedy); the top-1 compared is the
+                                  engine's best, not its choice */
     double median_abs_dlogprob; /* over the chosen tokens (0 when none) */
     int64_t n_counted;         /* positions whose top-1 counts */
     int64_t n_agree;

@@ -268,13 +268,21 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
          * reply keyed by text (OpenAI's top_logprobs) keeps one entry of the
          * tokens that share a text, so the true best may be the one hidden */
         cp->engine_top1 = -1;
-        if (!p->prompt)
-            cp->engine_top1 = p->id;
         bool all_ids = true;
         for (int32_t k = 0; k < p->n_top; k++)
             all_ids = all_ids && p->top[k].id >= 0 && p->top[k].id < V;
-        if (cp->engine_top1 < 0 && p->prompt && all_ids && p->n_top > 0)
+        /* a generated token below one of the engine's own alternatives: its
+         * sampler was not greedy (a repetition penalty it defaults to); the
+         * distributions are compared, the choice is reported */
+        bool not_greedy = false;
+        for (int32_t k = 0; !p->prompt && p->id >= 0 && k < p->n_top; k++)
+            not_greedy |= p->top[k].id >= 0 && p->top[k].id != p->id &&
+                          p->top[k].logprob > p->logprob + 1e-6;
+        c->n_not_greedy += not_greedy;
+        if (all_ids && p->n_top > 0)
             cp->engine_top1 = p->top[0].id;
+        else if (!p->prompt && !not_greedy)
+            cp->engine_top1 = p->id; /* greedy: nothing it wrote beat its choice */
         cp->engine_logprob = unknown ? NAN : p->logprob;
         cp->ref_logprob = unknown ? NAN : lsm[p->id];
         cp->dlogprob = unknown || isnan(p->logprob) ? NAN : fabs(p->logprob - lsm[p->id]);
