@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything and run the whole test suite (what CI runs through .ci/run).
 #   1. a warnings-as-errors build and every ctest test (unit, integration, interop,
-#      fuzz corpus replay; GPU tests skip without a GPU);
+#      fuzz corpus replay, the real engines vLLM and llama-cpp-python against check-engine;
+#      GPU tests skip without a GPU);
 #   2. an ASan+UBSan build running the unit tests and the fuzz corpus;
 #   3. a bounded libFuzzer run of every fuzz target (parser, records).
 set -euo pipefail
@@ -9,6 +10,14 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 
 bash "$here/scripts/setup.sh" --tests "$here/build-ci" -DGGUFKIT_WERROR=ON
+# The real engines of the engine tests (vLLM's CPU build, llama-cpp-python's server), cached in
+# /var/cache/ggufkit/engines between runs on one machine; GGUFKIT_NO_ENGINES=1 skips them.
+if [ "${GGUFKIT_NO_ENGINES:-0}" != 1 ]; then
+    engines=$(bash "$here/scripts/setup_engines.sh" all)
+    GGUFKIT_VLLM_PYTHON=$(sed -n 's/^vllm=//p' <<<"$engines")
+    GGUFKIT_LLAMA_PYTHON=$(sed -n 's/^llama=//p' <<<"$engines")
+    export GGUFKIT_VLLM_PYTHON GGUFKIT_LLAMA_PYTHON
+fi
 (cd "$here/build-ci" && ctest --output-on-failure -j"$jobs" --timeout 900)
 
 echo "== sanitizer build (ASan + UBSan): unit tests and fuzz corpus" >&2

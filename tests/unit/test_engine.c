@@ -165,7 +165,8 @@ static void dump_reply(const gguf_engine_reply *r, char *out, size_t size)
         char t[128], l[32];
         tok(t, sizeof t, p->id, p->text);
         num(l, sizeof l, p->logprob);
-        w = snprintf(o, n, "pos %lld %s %s %s%s", (long long)i, p->prompt ? "prompt" : "gen", t,
+        w = snprintf(o, n, "pos %lld %s %s %s%s", (long long)i,
+                     p->prompt ? "prompt" : p->unscored ? "unscored" : "gen", t,
                      l, p->n_top ? " top" : "");
         o += w;
         n -= (size_t)w;

@@ -337,6 +337,10 @@ static int reference(const ce_opts *o, const gguf_model *m, ce_result *r,
     if (!rc)
         rc = gguf_engine_compare(&r->cmp, r->reply, r->n_seq_prompt, logits, n_eval, V, tol, err);
     free(logits);
+    if (!rc && r->cmp->n_unscored > 0)
+        ce_note(r, "%lld generated positions came without log-probabilities (accepted draft "
+                   "tokens of speculative decoding): in the sequence, not compared",
+                (long long)r->cmp->n_unscored);
     if (!rc && r->cmp->n_not_greedy > 0)
         ce_note(r, "%lld generated tokens are not the engine's own most probable: its sampler "
                    "is not greedy (a default repetition penalty?); its distributions are "

@@ -152,6 +152,9 @@ typedef struct gguf_engine_pos {
     char *text;           /* token text; NULL when absent */
     double logprob;       /* NAN when the engine gave none (first prompt token) */
     bool prompt;          /* an input position (echo, prompt_logprobs) */
+    bool unscored;        /* the engine gave the token but never scored it
+                             (llama-server's accepted draft tokens): in the
+                             sequence, not compared */
     int32_t n_top;
     gguf_engine_alt *top; /* the engine's alternatives, logprob descending
                              (ties keep the engine's order) */
@@ -299,7 +302,7 @@ typedef struct gguf_engine_tol {
  *              model, a fault)
  *   "strict"     1e-3      1e-5   1     1e-3  off       off   (f32 against f32,
  *              dense models: every position within bounds)
- *   "bf16"       0.1       0.05   0.9   0.1   0.2       0.02  (bf16 engines)
+ *   "bf16"       0.1       0.05   0.9   0.1   0.2       0.05  (bf16 engines)
  *   "quant"      2.5       0.5    0.9   0.25  0.2       off   (a quantized
  *              deployment against a full-precision reference)
  * @return 0 or GGUF_E_INVALID for an unknown name.
@@ -348,6 +351,7 @@ typedef struct gguf_engine_cmp {
     gguf_engine_cmp_pos *pos;  /* the positions compared, in reply order */
     int64_t n_pos;
     int64_t n_skipped;         /* positions without a reference row (the first token) */
+    int64_t n_unscored;        /* positions the engine never scored (not compared) */
     int64_t first_divergent;   /* index into pos of the first over position when the
                                   comparison disagrees, -1 when it agrees */
     int64_t n_over, n_ties;    /* positions over a per-position bound; near-ties */

@@ -23,7 +23,7 @@ static const struct {
     /* see gguf/engine.h and docs/check-engine.md for the measurements */
     {"default", {0.05, 5e-3, 0.9, 0.02, 0.2, 0.01}},
     {"strict", {1e-3, 1e-5, 1.0, 1e-3, -1, -1}},
-    {"bf16", {0.1, 0.05, 0.9, 0.1, 0.2, 0.02}},
+    {"bf16", {0.1, 0.05, 0.9, 0.1, 0.2, 0.05}},
     {"quant", {2.5, 0.5, 0.9, 0.25, 0.2, -1}},
 };
 
@@ -207,6 +207,10 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
          * input entries, logprob_start_len) - "not given", not the engine's NaN */
         if (seq <= 0 || (p->prompt && isnan(p->logprob) && p->n_top == 0)) {
             c->n_skipped++;
+            continue;
+        }
+        if (p->unscored) {
+            c->n_unscored++;
             continue;
         }
         /* the last generated position may name no token (text-only replies:

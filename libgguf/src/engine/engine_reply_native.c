@@ -279,5 +279,16 @@ int eng_parse_completion(gguf_engine_reply *r, json_t *root, gguf_error *err)
         eng_path_pop(&p, o2);
         eng_path_pop(&p, o1);
     }
+    /* speculative decoding: llama-server gives an accepted draft token
+     * probability 1 and no alternatives (it never scored it); among scored
+     * positions such a one is unscored, not a logprob of 0 */
+    bool scored = false;
+    for (int64_t i = 0; i < r->n_pos; i++)
+        scored |= r->pos[i].n_top > 0;
+    for (int64_t i = 0; scored && i < r->n_pos; i++)
+        if (r->pos[i].n_top == 0 && r->pos[i].logprob == 0) {
+            r->pos[i].unscored = true;
+            r->pos[i].logprob = NAN;
+        }
     return 0;
 }
