@@ -188,15 +188,7 @@ int refwd_http_call(refwd_http *h, const char *path, const char *body, char **re
                            errbuf[0] ? errbuf : curl_easy_strerror(cc));
         goto done;
     }
-    if (*status < 200 || *status >= 300) {
-        char msg[400];
-        gguf_engine_error_message(s.p, s.n, msg, sizeof msg);
-        const int code = *status >= 500                      ? GGUF_E_IO
-                         : (*status == 404 || *status == 405) ? GGUF_E_NOT_FOUND
-                                                              : GGUF_E_UNSUPPORTED;
-        rc = gguf_error_setf(err, code, 0, "%s %s: HTTP %ld%s%s", method, url, *status,
-                       msg[0] ? ": " : "", msg);
-    }
+    rc = refwd_http_status(method, url, *status, s.p, s.n, err);
     if (!s.p) { /* an empty body is still a string */
         s.p = calloc(1, 1);
         if (!s.p && !rc)

@@ -45,4 +45,14 @@ const char *refwd_http_url(const refwd_http *h);
 int refwd_http_call(refwd_http *h, const char *path, const char *body, char **reply,
                           size_t *reply_len, long *status, gguf_error *err);
 
+/*
+ * What a reply's status means (refwd_http_reply.c, pure: fuzzed with
+ * check-engine's queries): 0 for 2xx; else GGUF_E_IO for 5xx and statuses
+ * outside 100..599, GGUF_E_NOT_FOUND for 404 and 405, GGUF_E_UNSUPPORTED for
+ * any other refusal, the message naming METHOD URL, the status and the
+ * server's own message (control bytes replaced).
+ */
+int refwd_http_status(const char *method, const char *url, long status, const char *body,
+                      size_t len, gguf_error *err);
+
 #endif
