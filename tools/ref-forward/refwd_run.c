@@ -98,7 +98,15 @@ static const cli_opt options[] = {
 
 static const cli_spec spec = {
     REF_FORWARD_TOOL,
-    "[run] MODEL.gguf|CHECKPOINT [OPTIONS]\n       ref-forward compare A.gguf B.gguf [OPTIONS]",
+    "[run] MODEL.gguf|CHECKPOINT [OPTIONS]\n"
+    "       ref-forward SUBCOMMAND ... (each has its own --help):\n"
+    "         run           the reference forward pass (the default; this page)\n"
+    "         compare       two activation records, capture point by capture point\n"
+    "         serve         an OpenAI/vLLM-compatible server on the reference (faults on demand)\n"
+    "         check-engine  a running serving engine against the reference, position by position\n"
+    "         import-dump   an engine's hidden-state dump as an activation record\n"
+    "         kld-base      llama.cpp's --kl-divergence-base file from the reference\n"
+    "         kld           an engine's logits against such a file (llama.cpp's statistics)",
     "Run the reference forward pass of a GGUF model (or split set) on the CPU: f32 compute\n"
     "with f64 accumulation, weights streamed layer by layer from the file. Prints the\n"
     "greedy continuation of the input, writes logits and activation records. CHECKPOINT is\n"
