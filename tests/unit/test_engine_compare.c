@@ -177,14 +177,15 @@ END_TEST
 
 START_TEST(near_tie)
 {
-    /* reference: tokens 0 and 1 within .01 nats; the engine took 1 */
+    /* reference: tokens 0 and 1 within .01 nats; the engine took 1, its own best by a hair
+     * (a greedy engine's choice is the best of its own list) */
     float l[4] = {0.0f, -0.01f, -5.0f, -5.0f};
     double lse = log(exp(0.0) + exp(-0.01) + 2 * exp(-5.0));
     char body[512];
     snprintf(body, sizeof body,
              "{\"choices\":[{\"logprobs\":{\"content\":[{\"id\":1,\"token\":\"b\",\"logprob\":%.17g,"
              "\"top_logprobs\":[{\"id\":1,\"logprob\":%.17g},{\"id\":0,\"logprob\":%.17g}]}]}}]}",
-             -0.01 - lse, -0.01 - lse, -lse);
+             -lse, -lse, -lse - 0.001);
     gguf_engine_reply *r = parse(body);
     gguf_engine_cmp *c;
     gguf_error err;
@@ -203,6 +204,37 @@ START_TEST(near_tie)
     ck_assert(!c->pos[0].tie);
     ck_assert(!c->agree);
     ck_assert_uint_eq(c->pos[0].over, GGUF_ENG_TOP1);
+    gguf_engine_cmp_free(c);
+    gguf_engine_reply_free(r);
+}
+END_TEST
+
+START_TEST(not_greedy_and_unscored)
+{
+    /* the engine generated token 1 although its own list puts 0 first (a repetition
+     * penalty), then a draft token it never scored: the distributions are compared */
+    float l[8] = {0.0f, -0.5f, -5.0f, -5.0f, 0.0f, -0.5f, -5.0f, -5.0f};
+    double lse = log(exp(0.0) + exp(-0.5) + 2 * exp(-5.0));
+    char body[768];
+    snprintf(body, sizeof body,
+             "{\"completion_probabilities\":[{\"id\":1,\"token\":\"b\",\"logprob\":%.17g,"
+             "\"top_logprobs\":[{\"id\":0,\"token\":\"a\",\"logprob\":%.17g},{\"id\":1,"
+             "\"token\":\"b\",\"logprob\":%.17g}]},{\"id\":0,\"token\":\"a\",\"logprob\":0,"
+             "\"top_logprobs\":[]}]}",
+             -0.5 - lse, -lse, -0.5 - lse);
+    gguf_engine_reply *r;
+    gguf_error err;
+    ck_assert_int_eq(gguf_engine_reply_parse(&r, GGUF_EP_COMPLETION, body, strlen(body), &err), 0);
+    ck_assert(r->pos[1].unscored);
+    gguf_engine_cmp *c;
+    gguf_engine_tol t = tol_default();
+    ck_assert_int_eq(gguf_engine_compare(&c, r, 1, l, 2, 4, &t, &err), 0);
+    ck_assert_int_eq(c->n_not_greedy, 1);
+    ck_assert_int_eq(c->pos[0].engine_top1, 0);
+    ck_assert(c->pos[0].top1_agree);
+    ck_assert_int_eq(c->n_unscored, 1);
+    ck_assert_int_eq(c->n_pos, 1);
+    ck_assert(c->agree);
     gguf_engine_cmp_free(c);
     gguf_engine_reply_free(r);
 }
@@ -314,6 +346,7 @@ int main(void)
     tcase_add_test(t, union_substitution);
     tcase_add_test(t, near_tie);
     tcase_add_test(t, top1_fraction);
+    tcase_add_test(t, not_greedy_and_unscored);
     tcase_add_test(t, clamped_logprobs);
     tcase_add_test(t, tolerances);
     suite_add_tcase(s, t);

@@ -36,15 +36,15 @@
 #ifndef GGUF_COMPARE_H
 #define GGUF_COMPARE_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "gguf/error.h"
 #include "gguf/record.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 /* Bounds. A metric is checked when its bound is set (see each field). */
 typedef struct gguf_tol {
@@ -175,7 +175,5 @@ uint32_t gguf_cmp_check(gguf_cmp_entry *e, const gguf_tol *tol);
 /* Short name of one GGUF_CMP_* bit ("rel_l2", "kl", ...), "" for others. */
 const char *gguf_cmp_metric_name(uint32_t bit);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_COMPARE_H */

@@ -19,15 +19,15 @@
 #ifndef GGUF_DEQUANT_H
 #define GGUF_DEQUANT_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gguf/error.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 /* ---- scalar conversions (exact, no rounding unless stated) ---- */
 
@@ -169,7 +169,5 @@ extern const int8_t gguf_iq4nl_values[16];
 extern const int8_t gguf_fp4_e2m1_x2[16]; /* E2M1 values times two (MXFP4, NVFP4) */
 #define GGUF_IQ1S_DELTA 0.125f
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_DEQUANT_H */

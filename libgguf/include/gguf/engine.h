@@ -54,15 +54,15 @@
 #ifndef GGUF_ENGINE_H
 #define GGUF_ENGINE_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gguf/error.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 /* Limits on what a reply may hold (larger ones are GGUF_E_LIMIT). */
 #define GGUF_ENGINE_MAX_POSITIONS 1000000 /* positions of one reply */
@@ -406,7 +406,5 @@ void gguf_engine_cmp_free(gguf_engine_cmp *c);
 bool gguf_engine_judge(const gguf_engine_cmp *const *c, int n, const gguf_engine_tol *tol,
                        double *median_out);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_ENGINE_H */

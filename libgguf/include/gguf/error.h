@@ -12,11 +12,11 @@
 #ifndef GGUF_ERROR_H
 #define GGUF_ERROR_H
 
+#include "gguf/export.h"
+
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 /* Stable codes: values never change once released. */
 typedef enum gguf_status {
@@ -77,7 +77,5 @@ int gguf_error_setf(gguf_error *err, int code, int sys_errno, const char *fmt, .
 #endif
     ;
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_ERROR_H */

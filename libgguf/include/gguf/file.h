@@ -29,6 +29,8 @@
 #ifndef GGUF_FILE_H
 #define GGUF_FILE_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,9 +38,7 @@
 #include "gguf/error.h"
 #include "gguf/types.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32u
@@ -218,7 +218,5 @@ int gguf_split_part_name(char *out, size_t size, const char *prefix, uint32_t no
 #define GGUF_KEY_SPLIT_COUNT "split.count"
 #define GGUF_KEY_SPLIT_TENSORS "split.tensors.count"
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_FILE_H */

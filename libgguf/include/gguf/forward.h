@@ -55,6 +55,8 @@
 #ifndef GGUF_FORWARD_H
 #define GGUF_FORWARD_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,9 +66,7 @@
 #include "gguf/model.h"
 #include "gguf/shard.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 /* ---- captures ---- */
 
@@ -268,7 +268,5 @@ int gguf_fwd_token_text(const gguf_file *meta, int32_t id, char *buf, size_t siz
 int32_t gguf_fwd_token_bos(const gguf_file *meta);
 int32_t gguf_fwd_token_eos(const gguf_file *meta);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_FORWARD_H */

@@ -14,15 +14,15 @@
 #ifndef GGUF_HASH_H
 #define GGUF_HASH_H
 
+#include "gguf/export.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gguf/error.h"
 #include "gguf/file.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef struct gguf_digest {
     uint64_t hi, lo;
@@ -63,7 +63,5 @@ void gguf_hasher_final(const gguf_hasher *h, gguf_digest *out);
 void gguf_hasher_reset(gguf_hasher *h);
 void gguf_hasher_free(gguf_hasher *h);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif

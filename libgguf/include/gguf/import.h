@@ -49,6 +49,8 @@
 #ifndef GGUF_IMPORT_H
 #define GGUF_IMPORT_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,9 +58,7 @@
 #include "gguf/error.h"
 #include "gguf/record.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_IMPORT_MAX_MAP (1u << 20)     /* bytes of a map file */
 #define GGUF_IMPORT_MAX_LINE 4096u         /* bytes of one line */
@@ -190,7 +190,5 @@ int gguf_import_plan_write(const gguf_import_plan *p, const char *path,
                            const gguf_record_meta *meta, const gguf_record_opts *opts,
                            gguf_error *err);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_IMPORT_H */

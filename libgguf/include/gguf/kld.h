@@ -36,6 +36,8 @@
 #ifndef GGUF_KLD_H
 #define GGUF_KLD_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,9 +46,7 @@
 #include "gguf/file.h"
 #include "gguf/output.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_KLD_MAGIC "_logits_"
 #define GGUF_KLD_HEADER_SIZE 20
@@ -181,7 +181,5 @@ int gguf_kld_acc_add(gguf_kld_acc *a, const gguf_kld_file *f, int64_t c, int64_t
  * per-row values; more rows may be added after. */
 void gguf_kld_acc_stats(gguf_kld_acc *a, gguf_kld_stats *out);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_KLD_H */

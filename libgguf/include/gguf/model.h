@@ -35,6 +35,8 @@
 #ifndef GGUF_MODEL_H
 #define GGUF_MODEL_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,9 +46,7 @@
 #include "gguf/hash.h"
 #include "gguf/safetensors.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef enum gguf_arch {
     GGUF_ARCH_UNKNOWN = 0,
@@ -502,7 +502,5 @@ int gguf_model_tensor_rows(const gguf_model *m, const gguf_model_tensor *mt, int
  */
 int gguf_model_hf_digest(const gguf_model *m, gguf_digest *out, gguf_error *err);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_MODEL_H */

@@ -35,6 +35,8 @@
 #ifndef GGUF_NPY_H
 #define GGUF_NPY_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,9 +44,7 @@
 #include "gguf/error.h"
 #include "gguf/output.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_NPY_MAX_DIMS 8
 
@@ -159,7 +159,5 @@ int gguf_npy_read_f32(const gguf_npy *a, int64_t i0, int64_t n, float *dst, gguf
  */
 int gguf_npy_read_i64(const gguf_npy *a, int64_t i0, int64_t n, int64_t *dst, gguf_error *err);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_NPY_H */

@@ -18,6 +18,8 @@
 #ifndef GGUF_OUTPUT_H
 #define GGUF_OUTPUT_H
 
+#include "gguf/export.h"
+
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,9 +28,7 @@
 
 #include "gguf/error.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef struct gguf_output_opts {
     bool overwrite; /* replace an existing file; default: GGUF_E_EXISTS at create
@@ -91,7 +91,5 @@ int gguf_output_write_file(const char *path, const void *data, size_t n,
  * best effort, @return 0 or -1 with errno. */
 int gguf_fsync_parent(const char *path);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_OUTPUT_H */

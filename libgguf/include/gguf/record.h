@@ -39,6 +39,8 @@
 #ifndef GGUF_RECORD_H
 #define GGUF_RECORD_H
 
+#include "gguf/export.h"
+
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,9 +50,7 @@
 #include "gguf/version.h"
 #include "gguf/file.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_RECORD_TYPE "ggufkit.record"
 #define GGUF_RECORD_VERSION 1u
@@ -202,7 +202,5 @@ const gguf_capture *gguf_record_capture_find(const gguf_record *r, const char *p
 int gguf_capture_parse_name(const char *name, char *point_out, size_t point_size,
                             uint32_t *rank, int32_t *layer, const char **op_in_point);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_RECORD_H */

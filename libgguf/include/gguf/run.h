@@ -13,6 +13,8 @@
 #ifndef GGUF_RUN_H
 #define GGUF_RUN_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,9 +23,7 @@
 #include "gguf/forward.h"
 #include "gguf/shard.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef struct gguf_run_record_opts {
     bool zstd;                   /* a zstd frame around the record */
@@ -65,7 +65,5 @@ int gguf_run_record(gguf_fwd_ctx *ctx, const gguf_set *set, const int32_t *token
                     int64_t n_tokens, const char *path, const gguf_run_record_opts *opts,
                     gguf_error *err);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_RUN_H */

@@ -78,15 +78,15 @@
 #ifndef GGUF_SAFETENSORS_H
 #define GGUF_SAFETENSORS_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gguf/error.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_ST_MAX_HEADER (100u * 1000u * 1000u) /* bytes, as the reference reader */
 #define GGUF_ST_MAX_DIMS 8
@@ -317,7 +317,5 @@ float gguf_fp8_e5m2_to_fp32(uint8_t x);
 /* E2M1 nibble -> float: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (bit 3; 8 is -0). */
 float gguf_fp4_e2m1_to_fp32(uint8_t nibble);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_SAFETENSORS_H */

@@ -59,15 +59,15 @@
 #ifndef GGUF_SERVE_H
 #define GGUF_SERVE_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gguf/error.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 /*
  * What the request layer needs of a model. Callbacks are called with `user`
@@ -202,7 +202,5 @@ typedef struct gguf_serve_stats {
 } gguf_serve_stats;
 void gguf_serve_get_stats(gguf_serve *s, gguf_serve_stats *out);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_SERVE_H */

@@ -30,6 +30,8 @@
 #ifndef GGUF_SHARD_H
 #define GGUF_SHARD_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,9 +39,7 @@
 #include "gguf/error.h"
 #include "gguf/model.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef enum gguf_engine { GGUF_ENGINE_VLLM = 0, GGUF_ENGINE_SGLANG = 1 } gguf_engine;
 
@@ -293,7 +293,5 @@ int gguf_shard_apply_fault_spec(gguf_shard_plan *p, const char *spec, gguf_error
  */
 void gguf_shard_plan_digest(const gguf_shard_plan *p, char hex[GGUF_PLAN_DIGEST_HEX]);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_SHARD_H */

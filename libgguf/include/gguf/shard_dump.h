@@ -27,6 +27,8 @@
 #ifndef GGUF_SHARD_DUMP_H
 #define GGUF_SHARD_DUMP_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,9 +36,7 @@
 #include "gguf/error.h"
 #include "gguf/shard.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_DUMP_MAX_PARTS 3
 
@@ -127,7 +127,5 @@ int gguf_dump_check_files(const gguf_dump_check *c);
 
 const char *gguf_dump_status_name(gguf_dump_status s); /* "ok", "differs", "shape", "missing" */
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_SHARD_DUMP_H */

@@ -44,6 +44,8 @@
 #ifndef GGUF_SPLIT_H
 #define GGUF_SPLIT_H
 
+#include "gguf/export.h"
+
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -52,9 +54,7 @@
 #include "gguf/file.h"
 #include "gguf/hash.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 #define GGUF_SPLIT_MAX_PARTS 65535u /* split.count is a uint16 */
 
@@ -284,7 +284,5 @@ int gguf_split_manifest_write(const char *path, const gguf_set *in, const gguf_s
 int gguf_split_check_manifest(const char *path, const gguf_set *in, const gguf_split_plan *p,
                               bool overwrite, gguf_error *err);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_SPLIT_H */

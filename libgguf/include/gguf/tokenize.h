@@ -34,6 +34,8 @@
 #ifndef GGUF_TOKENIZE_H
 #define GGUF_TOKENIZE_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,9 +43,7 @@
 #include "gguf/error.h"
 #include "gguf/file.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef struct gguf_tokenizer gguf_tokenizer;
 
@@ -179,7 +179,5 @@ int gguf_tokenizer_token_type(const gguf_tokenizer *tok, int32_t id);
  * docs/tokenize.md lists them; *n gets the count. */
 const char *const *gguf_tokenizer_pre_names(size_t *n);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_TOKENIZE_H */

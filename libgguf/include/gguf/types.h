@@ -8,12 +8,12 @@
 #ifndef GGUF_TYPES_H
 #define GGUF_TYPES_H
 
+#include "gguf/export.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef enum gguf_type {
     GGUF_TYPE_F32     = 0,
@@ -108,7 +108,5 @@ const char *gguf_value_type_name(uint32_t vtype);
 /* Size in bytes of a scalar value type (0 for string, array and unknown ids). */
 uint32_t gguf_value_type_size(uint32_t vtype);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_TYPES_H */

@@ -22,6 +22,8 @@
 #ifndef GGUF_WRITE_H
 #define GGUF_WRITE_H
 
+#include "gguf/export.h"
+
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,9 +31,7 @@
 #include "gguf/error.h"
 #include "gguf/file.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GGUF_BEGIN_DECLS
 
 typedef struct gguf_writer gguf_writer;
 
@@ -145,7 +145,5 @@ int gguf_writer_copy_range(gguf_writer *w, int fd, uint64_t in_offset, uint64_t 
 /* Finish: verify completeness, fsync, rename into place, fsync the folder. */
 int gguf_writer_finish(gguf_writer *w, gguf_error *err);
 
-#ifdef __cplusplus
-}
-#endif
+GGUF_END_DECLS
 #endif /* GGUF_WRITE_H */
