@@ -15,6 +15,10 @@ grep -qF -- '`-e M`, `--ep M`' "$GGUFKIT_SRC/docs/shard-plan.md" && pass || fail
 expect 2 "$SP"
 contains "$T/err" "shard-plan: error: missing MODEL"
 expect 0 "$SP" --list-faults
+# --json in either order gives the catalog as JSON, the same names as the text
+expect 0 "$SP" --list-faults --json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d and all(set(f)=={"name","kind","summary"} for f in d)' "$T/out" && pass || fail "--list-faults --json: not the catalog as JSON"
+expect 0 "$SP" --json --list-faults
 for f in kv-b-whole kv-b-rows kv-b-stacked k-b-no-transpose qkv-stream gate-up-stream \
          rank0-everywhere kv-heads-split mla-cache-sharded no-allreduce quant-off-block \
          vocab-no-pad expert-offset norm-sliced rope-pairs yarn-mscale routed-scale exp-probs-b \

@@ -79,6 +79,28 @@ static void on_signal(int sig)
     g_cancel = 1;
 }
 
+/* The fault catalog: a line each, or a JSON array of {name, kind, summary}. */
+static void print_faults(bool json)
+{
+    if (json)
+        fputc('[', stdout);
+    for (int f = 1; f < GGUF_FAULT_COUNT; f++) {
+        const char *kind = gguf_fault_is_config((gguf_fault)f) ? "config" : "weights";
+        if (!json) {
+            printf("%-20s %-7s %s\n", gguf_fault_name((gguf_fault)f), kind,
+                   gguf_fault_summary((gguf_fault)f));
+            continue;
+        }
+        fputs(f > 1 ? ", {\"name\": " : "{\"name\": ", stdout);
+        cli_json_str(stdout, gguf_fault_name((gguf_fault)f), SIZE_MAX);
+        fprintf(stdout, ", \"kind\": \"%s\", \"summary\": ", kind);
+        cli_json_str(stdout, gguf_fault_summary((gguf_fault)f), SIZE_MAX);
+        fputc('}', stdout);
+    }
+    if (json)
+        fputs("]\n", stdout);
+}
+
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out)
 {
     uint64_t v;
@@ -104,6 +126,7 @@ int main(int argc, char **argv)
     bool have_tp = false;
     const char *pos[8];
     int n_pos = 0;
+    bool list_faults = false;
     for (;;) {
         c = cli_next(&SPEC, argc, argv, &arg, &optind_);
         if (c == -1) {
@@ -168,11 +191,8 @@ int main(int argc, char **argv)
             a.fault_layer = v;
             break;
         case OPT_LIST_FAULTS:
-            for (int f = 1; f < GGUF_FAULT_COUNT; f++)
-                printf("%-20s %-7s %s\n", gguf_fault_name((gguf_fault)f),
-                       gguf_fault_is_config((gguf_fault)f) ? "config" : "weights",
-                       gguf_fault_summary((gguf_fault)f));
-            return CLI_EXIT_OK;
+            list_faults = true; /* after every option: --json may follow */
+            break;
         case OPT_VOCAB_PAD:
             if (parse_int("--vocab-pad", arg, 1, 1 << 20, &v))
                 return CLI_EXIT_USAGE;
@@ -189,6 +209,10 @@ int main(int argc, char **argv)
         }
     }
     a.verbose = cli_verbosity >= 2;
+    if (list_faults) {
+        print_faults(a.json);
+        return CLI_EXIT_OK;
+    }
     if (n_pos != 1) {
         cli_errorf(SP_TOOL, "%s", n_pos == 0 ? "missing MODEL (see --help)"
                                              : "one MODEL only (see --help)");
