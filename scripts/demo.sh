@@ -46,6 +46,7 @@ step "shard-plan: how vLLM would slice it over 4 tensor-parallel ranks"
 first 40 "$bin/shard-plan" "$work/merged.gguf" --tp 4 --filter blk.1.attn
 
 step "ref-forward: greedy decoding of 8 tokens, and a record of every capture point"
+echo "(gguf-gen's weights are pseudo-random: the decoded text is noise, as expected)"
 "$bin/ref-forward" "$work/merged.gguf" --tokens 1,5,9,13 -n 8 --record "$work/ref.gguf" --zstd
 
 step "ref-forward --tp 4: four virtual ranks from the plan, compared point by point"

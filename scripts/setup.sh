@@ -44,8 +44,15 @@ fi
 mkdir -p "$build"
 log=$build/build.log
 echo "setup: building into $build (log: $log)" >&2
-if ! { cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" &&
-       cmake --build "$build" -j"$(nproc)"; } >"$log" 2>&1; then
+# The build takes minutes on 2 cores: its progress every 10 %, the rest in the log.
+progress() {
+    tee -a "$log" | awk '/^\[ *[0-9]+%\]/ {
+        p = substr($0, 2, index($0, "%") - 2) + 0
+        if (p >= last + 10) { printf "setup: building, %d %%\n", p > "/dev/stderr"; last = p }
+    }'
+}
+if ! { cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$log" 2>&1 &&
+       cmake --build "$build" -j"$(nproc)" 2>&1 | progress; }; then
     tail -n 40 "$log" >&2
     echo "setup: the build failed (full log: $log)" >&2
     exit 1
