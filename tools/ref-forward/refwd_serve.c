@@ -842,9 +842,10 @@ int refwd_serve_main(int argc, char **argv)
     gguf_serve_stats st;
     gguf_serve_get_stats(srv, &st);
     if (cli_verbosity > 0)
-        fprintf(stderr, "%s: %llu request(s) (%llu refused, %llu ran the model), %llu tokens "
-                        "evaluated in %.3f s\n", spec.tool, (unsigned long long)st.requests,
-                (unsigned long long)st.refused, (unsigned long long)st.model_requests,
+        fprintf(stderr, "%s: %llu request(s) (%llu refused, %llu for paths it does not have, %llu "
+                        "ran the model), %llu tokens evaluated in %.3f s\n",
+                spec.tool, (unsigned long long)st.requests, (unsigned long long)st.refused,
+                (unsigned long long)st.not_found, (unsigned long long)st.model_requests,
                 (unsigned long long)st.tokens_evaluated, st.forward_seconds);
     ret = CLI_EXIT_OK;
 done:

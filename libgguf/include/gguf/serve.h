@@ -192,7 +192,9 @@ void gguf_serve_response_clear(gguf_serve_response *resp);
 /* Counters since create (thread-safe snapshot). */
 typedef struct gguf_serve_stats {
     uint64_t requests;        /* answered, refusals included */
-    uint64_t refused;         /* status >= 400 */
+    uint64_t refused;         /* status >= 400, but 404 */
+    uint64_t not_found;       /* 404: a path the server does not have (clients probe:
+                                 check-engine asks /get_model_info and /props) */
     uint64_t model_requests;  /* that ran the model */
     uint64_t tokens_evaluated;
     uint64_t queue_full;      /* 503 because the queue was full */

@@ -319,7 +319,8 @@ int gguf_serve_handle_client(gguf_serve *s, const gguf_serve_request *req,
     }
     pthread_mutex_lock(&s->mu);
     s->stats.requests++;
-    s->stats.refused += resp->status >= 400;
+    s->stats.refused += resp->status >= 400 && resp->status != 404;
+    s->stats.not_found += resp->status == 404;
     pthread_mutex_unlock(&s->mu);
     if (rc)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "serve: out of memory");
