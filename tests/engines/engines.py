@@ -66,7 +66,9 @@ def free_port():
 class Server:
     """One engine process (its own process group, so that its workers stop with it)."""
 
-    def __init__(self, argv, env, url, log, health="/health", timeout=300):
+    def __init__(self, argv, env, url, log, health="/health", timeout=300, model=None):
+        """Ready when `health` answers 200 and, with `model`, /v1/models names it: another
+        engine that took the port between free_port() and our bind must not pass for ours."""
         self.url = url
         self.log = log
         with open(log, "w") as out:
@@ -79,8 +81,12 @@ class Server:
                 raise RuntimeError(f"the engine exited ({self.proc.returncode}): {self.tail()}")
             try:
                 with urllib.request.urlopen(url + health, timeout=5) as r:
-                    if r.status == 200:
-                        return
+                    ok = r.status == 200
+                if ok and model:
+                    with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
+                        ok = model in r.read().decode(errors="replace")
+                if ok:
+                    return
             except OSError:
                 pass
             time.sleep(0.5)
@@ -109,7 +115,8 @@ def start_vllm(hf, folder, dtype="float32", extra=()):
             "--served-model-name", "tiny", "--max-model-len", "512", "--enforce-eager",
             "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port), *extra]
     return Server(argv, env, f"http://127.0.0.1:{port}",
-                  os.path.join(folder, f"vllm-{os.path.basename(hf)}-{dtype}.log"))
+                  os.path.join(folder, f"vllm-{os.path.basename(hf)}-{dtype}.log"),
+                  model=json.dumps(hf)[1:-1])
 
 
 def check_engine(model, url, *args, timeout=600):
@@ -141,4 +148,4 @@ def start_llama_cpp(gguf, folder):
             "--port", str(port), "--logits_all", "true", "--n_ctx", "512", "--n_threads", "1"]
     return Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
                   os.path.join(folder, f"llama-cpp-{os.path.basename(gguf)}.log"),
-                  health="/v1/models")
+                  health="/v1/models", model=json.dumps(gguf)[1:-1])
