@@ -402,7 +402,6 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
     int32_t *ids = NULL;
     int64_t n_ids = 0;
     char *templated = NULL;
-    r->prompt_mismatch = -1;
     if (p->tokens) {
         ids = malloc((size_t)p->n_tokens * sizeof *ids);
         if (!ids)
