@@ -1,7 +1,22 @@
 /* ref-forward: dispatch to a subcommand (ref_forward.h); without one, `run`. */
+#include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "ref_forward.h"
+
+#ifndef GGUFKIT_HAVE_NETWORK
+/* A build without libcurl and libmicrohttpd (GGUFKIT_NETWORK=OFF) has no engine check. */
+static int not_built(int argc, char **argv)
+{
+    (void)argc;
+    cli_errorf(REF_FORWARD_TOOL, "%s: not in this build (built without libcurl and "
+                                 "libmicrohttpd: configure with -DGGUFKIT_NETWORK=ON)", argv[0]);
+    return CLI_EXIT_ENV;
+}
+#define refwd_serve_main not_built
+#define refwd_check_engine_main not_built
+#endif
 
 static const struct {
     const char *name;
