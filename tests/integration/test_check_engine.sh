@@ -106,6 +106,12 @@ for arch in ARCHS:
                      if len(l.split()) > 3 and l.split()[2] in ("in", "gen")]
             if rc != 0 or kinds.count("gen") != 3 or kinds.count("in") < 5:
                 bad.append(f"-v: exit {rc}: rows {kinds}")
+            # a line that is a plain JSON string is a text prompt (--help says so)
+            with open(f"{T}/p.jsonl", "w") as f:
+                f.write('"Once upon a time"\n{"tokens": [1, 2, 3]}\n')
+            rc, _, out, err = check(m, s.url, "--prompts", f"{T}/p.jsonl", "-n", "2", "-q")
+            if rc != 0:
+                bad.append(f"--prompts with a plain string: exit {rc} {err.strip()}")
             with open(f"{T}/p.jsonl", "w") as f:
                 f.write('{"tokens": [1, 2, 3], "prompt": "x"}\n')
             rc, _, out, err = check(m, s.url, "--prompts", f"{T}/p.jsonl")
@@ -227,6 +233,39 @@ class Garbage(http.server.BaseHTTPRequestHandler):
         elif mode == "slow":
             time.sleep(30)
             self.answer(200, b"{}")
+        elif mode == "mismatch":
+            # vLLM reporting other prompt ids than the ones sent: another prompt answered
+            ids = [int(x) for x in TOK.split(",")]
+            ids[3] += 1
+            self.answer(200, json.dumps({"model": "m", "choices": [{
+                "text": "x", "finish_reason": "length", "prompt_token_ids": ids,
+                "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-1.0],
+                             "top_logprobs": [{"token_id:5": -1.0}]}}],
+                "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}}).encode())
+        elif mode == "nousage":
+            # an OpenAI echo without usage: prompt and generated cannot be told apart
+            self.answer(200, json.dumps({"model": "m", "choices": [{
+                "text": "x", "finish_reason": "length",
+                "logprobs": {"tokens": ["token_id:1", "token_id:5", "token_id:7"],
+                             "token_logprobs": [None, -1.0, -1.0],
+                             "top_logprobs": [None, {"token_id:5": -1.0},
+                                              {"token_id:7": -1.0}]}}]}).encode())
+        elif mode == "emptytok":
+            if self.path.endswith("/tokenize"):
+                self.answer(200, b'{"tokens": []}')
+            else:
+                self.answer(200, json.dumps({"model": "m", "choices": [{
+                    "text": "x", "finish_reason": "length",
+                    "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-1.0],
+                                 "top_logprobs": [{"token_id:5": -1.0}]}}],
+                    "usage": {"completion_tokens": 1}}).encode())
+        elif mode == "bigprompt":
+            # an engine claiming 5000 prompt ids: over --max-positions, no reference run
+            self.answer(200, json.dumps({"model": "m", "choices": [{
+                "text": "x", "finish_reason": "length", "prompt_token_ids": [1] * 5000,
+                "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-1.0],
+                             "top_logprobs": [{"token_id:5": -1.0}]}}],
+                "usage": {"completion_tokens": 1}}).encode())
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
 threading.Thread(target=srv.serve_forever, daemon=True).start()
 base = f"http://127.0.0.1:{srv.server_address[1]}"
@@ -243,6 +282,23 @@ for mode, want_rc, want_err in (
                             "--timeout", "2" if mode == "slow" else "30")
     if rc != want_rc or want_err not in err or f"{base}/{mode}" not in err:
         bad.append(f"{mode}: exit {rc} (want {want_rc}): {err.strip()}")
+# wrong verdicts closed: another prompt answered is DIVERGED; a missing usage, an empty
+# /tokenize and a sequence over --max-positions are exit 2, never a verdict
+rc, d, out, err = check(m, f"{base}/mismatch", "--tokens", TOK, "--json")
+if rc != 1 or d["verdict"] != "diverged" or d["prompts"][0]["prompt_mismatch"] != \
+        {"index": 3, "sent": 99, "engine": 100}:
+    bad.append(f"prompt ids that differ: exit {rc}: {err.strip()} {d and d['prompts'][0]}")
+for mode, args, want in (
+        ("nousage", ["--api", "openai", "--tokens", TOK], "usage.completion_tokens: missing"),
+        ("emptytok", ["--prompt", "hello"], "tokens: empty"),
+        ("bigprompt", ["--prompt", "hello", "--max-positions", "100"], "over the limit of 100")):
+    rc, _, out, err = check(m, f"{base}/{mode}", *args)
+    if rc != 2 or want not in err:
+        bad.append(f"{mode}: exit {rc} (want 2, '{want}'): {err.strip()}")
+# --deadline ends the whole run (exit 3) however long each request may take
+rc, _, out, err = check(m, f"{base}/slow", "--tokens", TOK, "--timeout", "60", "--deadline", "2")
+if rc != 3 or "--deadline passed" not in err:
+    bad.append(f"--deadline: exit {rc}: {err.strip()}")
 rc, _, out, err = check(m, f"{base}/oldchat", "--api", "sglang", "--chat", "Hi")
 if rc != 2 or "no prompt_token_ids" not in err or "SGLang before 0.5.13" not in err:
     bad.append(f"SGLang chat without prompt ids: exit {rc}: {err.strip()}")
