@@ -33,9 +33,13 @@ static const cli_spec DSPEC = {
         "vLLM's sharded-state layout: fused qkv_proj / gate_up_proj / experts.w13_weight /\n"
         "w2_weight, kv_b_proj, padded vocabulary) with the slices the plan gives each rank, in\n"
         "the dump's precision (the plan's float32 rounded to the dump's dtype; equal when the\n"
-        "relative L2 error is at most 1e-3). A differing tensor is matched against the fault\n"
-        "catalog: the fault whose plan gives exactly that tensor is named, else \"no known\n"
-        "fault\". Exit 0 clean, 1 a rank differs, 2 an unreadable dump.",
+        "relative L2 error is at most 1e-3). vLLM 0.32's names are read too (routed_experts,\n"
+        "_shared_experts._layer, fused_qkv_a_proj, mla_attn, W_UK_T / W_UV); llama's q/k rows\n"
+        "are compared in HF order. A differing tensor is matched against the fault catalog:\n"
+        "the fault whose plan gives exactly that tensor is named, else \"no known fault\".\n"
+        "A NextN/MTP block the engine did not load is \"absent\", a tensor that is no\n"
+        "parameter \"unknown\" (both notes). Exit 0 clean, 1 a rank differs, 2 an unreadable\n"
+        "dump.",
     .opts = DOPTS,
     .examples = "  shard-plan check-dump glm5.gguf /dumps/glm5-tp8 --tp 8 --engine vllm\n"
                 "  shard-plan model.gguf --tp 2 --fault kv-b-whole --write-shards d --dump-format vllm\n"
@@ -108,6 +112,11 @@ int sp_check_dump_main(int argc, char **argv)
         goto done;
     }
     const int64_t n = gguf_dump_check_count(ck), bad = gguf_dump_check_failed(ck);
+    int64_t absent = 0, unknown = 0;
+    for (int64_t i = 0; i < n; i++) {
+        absent += gguf_dump_check_at(ck, i)->status == GGUF_DUMP_ABSENT;
+        unknown += gguf_dump_check_at(ck, i)->status == GGUF_DUMP_UNKNOWN;
+    }
     char a[96], b[96];
     if (json) {
         printf("{\"tool\": \"shard-plan check-dump\", \"version\": \"%s\", \"model\": ",
@@ -130,28 +139,40 @@ int sp_check_dump_main(int argc, char **argv)
             cli_json_str(stdout, f->param, SIZE_MAX);
             printf(", \"status\": \"%s\", \"rel_l2\": ", gguf_dump_status_name(f->status));
             cli_json_num(stdout, f->status == GGUF_DUMP_DIFFERS ? f->rel_l2 : NAN);
-            printf(", \"shape\": %s, \"expected_shape\": %s, \"fault\": %s%s%s}",
-                   f->status == GGUF_DUMP_MISSING ? "null" : a, b,
-                   f->fault ? "\"" : "", f->fault ? gguf_fault_name(f->fault) : "null",
-                   f->fault ? "\"" : "");
+            const bool no_dump = f->status == GGUF_DUMP_MISSING || f->status == GGUF_DUMP_ABSENT;
+            printf(", \"shape\": %s, \"expected_shape\": %s, \"padded\": %s, \"fault\": %s%s%s}",
+                   no_dump ? "null" : a, f->status == GGUF_DUMP_UNKNOWN ? "null" : b,
+                   f->padded ? "true" : "false", f->fault ? "\"" : "",
+                   f->fault ? gguf_fault_name(f->fault) : "null", f->fault ? "\"" : "");
             first = 0;
         }
-        printf("%s], \"failed\": %lld, \"ok\": %s}\n", first ? "" : "\n", (long long)bad,
+        printf("%s], \"failed\": %lld, \"absent\": %lld, \"unknown\": %lld, \"ok\": %s}\n",
+               first ? "" : "\n", (long long)bad, (long long)absent, (long long)unknown,
                bad ? "false" : "true");
     } else {
         for (int64_t i = 0; i < n; i++) {
             const gguf_dump_finding *f = gguf_dump_check_at(ck, i);
-            if (f->status == GGUF_DUMP_OK && cli_verbosity < 2)
+            if ((f->status == GGUF_DUMP_OK || f->status == GGUF_DUMP_ABSENT) && cli_verbosity < 2)
                 continue;
             printf("rank %d %-52s %s", f->rank, f->param, gguf_dump_status_name(f->status));
             if (f->status == GGUF_DUMP_DIFFERS)
                 printf(" (rel-L2 %.3g)", f->rel_l2);
+            if (f->padded) {
+                shape_str(a, sizeof a, f->shape, f->n_dims);
+                printf(" (%s: zero padding of the intermediate left out)", a);
+            }
             if (f->status == GGUF_DUMP_SHAPE) {
                 shape_str(a, sizeof a, f->shape, f->n_dims);
                 shape_str(b, sizeof b, f->want, f->want_dims);
                 printf(" (%s, the plan says %s)", a, b);
             }
-            if (f->status != GGUF_DUMP_OK)
+            if (f->status == GGUF_DUMP_ABSENT)
+                printf(": a NextN/MTP block's, not loaded by the engine");
+            if (f->status == GGUF_DUMP_UNKNOWN) {
+                shape_str(a, sizeof a, f->shape, f->n_dims);
+                printf(" %s: no parameter of the plan (not compared)", a);
+            }
+            if (gguf_dump_status_fails(f->status))
                 printf(": %s%s", f->fault ? "fault " : "no known fault",
                        f->fault ? gguf_fault_name(f->fault) : "");
             printf("\n");
@@ -162,6 +183,10 @@ int sp_check_dump_main(int argc, char **argv)
             seen[gguf_dump_check_at(ck, i)->fault] = true;
         printf("%s: %d ranks, %lld parameters each, %lld differ", pos[1], o.tp,
                (long long)gguf_dump_check_params(ck), (long long)bad);
+        if (absent)
+            printf(", %lld absent (NextN/MTP, not loaded)", (long long)absent);
+        if (unknown)
+            printf(", %lld unknown (not compared)", (long long)unknown);
         for (int f = 1; f < GGUF_FAULT_COUNT; f++)
             if (seen[f])
                 printf("; fault %s: %s", gguf_fault_name((gguf_fault)f),
