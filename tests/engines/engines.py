@@ -23,8 +23,8 @@ LLAMA_PY = os.environ.get("GGUFKIT_LLAMA_PYTHON", "")
 
 # Small models vLLM's CPU build serves: its attention kernels take head sizes of 32 and up
 # (not gguf-gen's default 16), and its MLA kernel only head size 576 (kv_lora_rank 512 + rope
-# 64), so deepseek2 runs vLLM's real MLA path. The norms are BF16 like the rest, so that the
-# HF checkpoint written from the GGUF holds exactly the GGUF's values.
+# 64), so deepseek2 runs vLLM's real MLA path. Every tensor is BF16 (norms, biases, routers
+# too), so that the HF checkpoint written from the GGUF holds exactly the GGUF's values.
 ARCH_ARGS = {
     "llama": ["--heads", "4", "--kv-heads", "2", "--head-dim", "64"],
     "qwen3": ["--heads", "4", "--kv-heads", "2", "--head-dim", "64"],
@@ -42,14 +42,17 @@ def tool(name):
     return path
 
 
-def make_model(arch, folder, seed=1):
+def make_model(arch, folder, seed=1, exact=True):
     """A BF16 GGUF of arch and the HF checkpoint it converts to (tokenizer, chat template and
-    generation_config.json included). Returns (gguf path, HF folder)."""
+    generation_config.json included). Returns (gguf path, HF folder). exact=False keeps the
+    biases and routers F32 in the GGUF, which the checkpoint then holds rounded to bf16: an
+    engine whose MoE routing meets near-ties (the calibration of docs/check-engine.md)."""
     os.makedirs(folder, exist_ok=True)
     gguf = os.path.join(folder, f"{arch}.gguf")
     hf = os.path.join(folder, f"{arch}-hf")
     subprocess.run([GEN, "model", "--arch", arch, "--type", "BF16", "--type-map",
-                    r"norm\.weight$=BF16", "--seed", str(seed), "--no-sync", "--force",
+                    ".*=BF16" if exact else r"norm\.weight$=BF16", "--seed", str(seed),
+                    "--no-sync", "--force",
                     *ARCH_ARGS[arch], gguf], check=True, capture_output=True)
     subprocess.run([GEN, "hf", gguf, hf], check=True, capture_output=True)
     subprocess.run([sys.executable,
