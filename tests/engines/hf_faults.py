@@ -44,6 +44,18 @@ def swap_head_halves(hf, name, head_dim):
     edit_rows(hf, name, fn)
 
 
+def permute_like_gguf(hf, name, head_dim):
+    """Each head's rows put in the order llama.cpp's converter stores for its rope (row 2j + k
+    of a head <- row k * head_dim / 2 + j): a GGUF -> HF conversion that forgot to undo it. An
+    engine rotating HF's half pairs over these rows is the catalog's rope-pairs fault."""
+    def fn(rows, dtype):
+        h = head_dim // 2
+        for base in range(0, len(rows), head_dim):
+            head = rows[base:base + head_dim]
+            rows[base:base + head_dim] = [head[k * h + j] for j in range(h) for k in range(2)]
+    edit_rows(hf, name, fn)
+
+
 def swap_blocks(hf, name, block, a=0, b=1):
     """Row blocks a and b of `block` rows exchanged (two heads swapped)."""
     def fn(rows, dtype):

@@ -131,9 +131,12 @@ def test_fault_served_by_vllm_diverges(tmp_path, arch, name, edit, by):
     edit(hf)
     srv = engines.start_vllm(hf, d)
     try:
-        rc, out, err = engines.check_engine(gguf, srv.url, "-n", "8", "--prompt", PROMPT)
+        # --diagnose: none of these is a fault of the catalog, and none may be named
+        rc, out, err = engines.check_engine(gguf, srv.url, "-n", "8", "--prompt", PROMPT,
+                                            "--diagnose", "--tp", "1")
     finally:
         srv.stop()
+    assert out and out["diagnosis"]["result"] == "none", (name, out and out["diagnosis"])
     assert rc == 1, f"{name}: exit {rc}: {err}"
     assert out["verdict"] == "diverged"
     first = out["first_divergent"]
@@ -141,3 +144,37 @@ def test_fault_served_by_vllm_diverges(tmp_path, arch, name, edit, by):
     n_prompt = len(out["prompts"][0]["prompt_tokens"])
     limit = by if by is not None else n_prompt - 1
     assert first["row"]["seq"] <= limit, (name, first["row"]["seq"], limit)
+
+
+def permute_every_qk(hf):
+    with open(os.path.join(hf, "config.json")) as f:
+        c = json.load(f)
+    for il in range(c["num_hidden_layers"]):
+        for proj in ("q_proj", "k_proj"):
+            hf_faults.permute_like_gguf(hf, f"model.layers.{il}.self_attn.{proj}.weight",
+                                        c["head_dim"])
+
+
+# Faults of the catalog served by the real vLLM: --diagnose must name them.
+CATALOG_FAULTS = [
+    ("llama", "rope-pairs", permute_every_qk),
+    ("deepseek2", "routed-scale", lambda hf: hf_faults.set_config(hf, routed_scaling_factor=1.0)),
+]
+
+
+@pytest.mark.parametrize("arch,fault,edit", CATALOG_FAULTS, ids=[f[1] for f in CATALOG_FAULTS])
+def test_diagnose_names_the_fault_vllm_serves(tmp_path, arch, fault, edit):
+    d = str(tmp_path)
+    gguf, hf = engines.make_model(arch, d)
+    edit(hf)
+    srv = engines.start_vllm(hf, d)
+    try:
+        rc, out, err = engines.check_engine(gguf, srv.url, "-n", "8", "--prompt", PROMPT,
+                                            "--diagnose", "--tp", "1")
+    finally:
+        srv.stop()
+    assert rc == 1, f"{fault}: exit {rc}: {err}"
+    g = out["diagnosis"]
+    assert g["result"] == "fault", g
+    assert g["fault"]["fault"] == fault and g["fault"]["layer"] is None, g["fault"]
+    assert g["fault"]["mean_abs_dlogprob"] < 1e-3, g["fault"]

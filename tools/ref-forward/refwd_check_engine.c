@@ -47,6 +47,12 @@ enum {
     OPT_VOCAB,
     OPT_MAX_POSITIONS,
     OPT_DEADLINE,
+    OPT_DIAGNOSE,
+    OPT_TP,
+    OPT_EP,
+    OPT_ENGINE,
+    OPT_JOBS,
+    OPT_MAX_RUNS,
 };
 
 static const cli_opt options[] = {
@@ -83,6 +89,17 @@ static const cli_opt options[] = {
      "(default: the model's context length)"},
     {OPT_DEADLINE, "deadline", 1, "S", "seconds for the whole run (requests and reference; "
      "default none; --timeout is per request)"},
+    {OPT_DIAGNOSE, "diagnose", 0, NULL, "after DIVERGED, name the fault of the catalog that "
+     "reproduces the engine's outputs (docs/check-engine.md, \"After DIVERGED\")"},
+    {OPT_TP, "tp", 1, "N[,N...]", "with --diagnose: the engine's tensor-parallel size(s) "
+     "(default: 1, 2, 4, 8 where the model splits evenly)"},
+    {OPT_EP, "ep", 1, "M", "with --diagnose: the engine's expert-parallel size"},
+    {OPT_ENGINE, "engine", 1, "vllm|sglang", "with --diagnose: whose sharding rules (default: "
+     "sglang for an SGLang server, else vllm)"},
+    {OPT_JOBS, "jobs", 1, "J", "with --diagnose: reference runs at once (default: CPUs / "
+     "--threads)"},
+    {OPT_MAX_RUNS, "max-runs", 1, "N", "with --diagnose: refuse more reference runs than N "
+     "(default 2000; one layer at a time is skipped past it)"},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -101,7 +118,9 @@ static const cli_spec spec = {
     "  ref-forward check-engine model.gguf --url http://127.0.0.1:8080 --api llama-server "
     "--tokens 1,415,2217\n"
     "  ref-forward check-engine f32.gguf --url http://127.0.0.1:30000 --prompts p.jsonl "
-    "--tol quant --json\n",
+    "--tol quant --json\n"
+    "  ref-forward check-engine model.gguf --url http://gpu-node:8000 --prompts p.jsonl "
+    "--diagnose --tp 8\n",
 };
 
 typedef struct ce_opts {
@@ -114,7 +133,10 @@ typedef struct ce_opts {
     int64_t n_predict;
     int top_k, show, threads;
     double timeout;
-    bool json, no_echo;
+    bool json, no_echo, diagnose;
+    gguf_diag_opts diag;
+    bool engine_given;
+    const char *diag_option;      /* a --diagnose option given (needs --diagnose) */
     const char *headers[MAX_HEADERS + 1];
     int n_headers;
     refwd_backend backend;
@@ -158,6 +180,24 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n)
     }
     *out = ids;
     return 0;
+}
+
+/* --tp 8 or --tp 4,8 */
+static int parse_tp_list(const char *s, gguf_diag_opts *d)
+{
+    d->n_tp = 0;
+    for (const char *p = s;;) {
+        char *end;
+        errno = 0;
+        const long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 4096 || d->n_tp == GGUF_DIAG_MAX_TP ||
+            (*end && *end != ','))
+            return -1;
+        d->tp[d->n_tp++] = (int)v;
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -474,6 +514,17 @@ static int run(ce_opts *o)
     }
     ce_totals t;
     ce_totals_compute(&t, res, o->n_prompts);
+    gguf_diagnosis *diag = NULL;
+    char *diag_json = NULL;
+    int diag_rc = 0;
+    gguf_error diag_err = {0};
+    if (o->diagnose && !t.agree) {
+        if (!o->engine_given)
+            o->diag.engine = ctx.api == GGUF_API_SGLANG ? GGUF_ENGINE_SGLANG : GGUF_ENGINE_VLLM;
+        diag_rc = ce_diagnose(&diag, m, res, o->n_prompts, &tol, &o->diag, &diag_err);
+        if (!diag_rc && !(diag_json = ce_diagnosis_json(diag)))
+            diag_rc = gguf_error_setf(&diag_err, GGUF_E_NOMEM, 0, "out of memory");
+    }
     const gguf_hparams *hp = gguf_model_hparams(m);
     ce_report rep = {o->model,
                      hp->arch_name,
@@ -483,12 +534,24 @@ static int run(ce_opts *o)
                      ctx.served_model,
                      ctx.meta,
                      &tol,
-                     o->show};
+                     o->show,
+                     diag_json};
     if (o->json)
         ce_print_json(stdout, &rep, res, o->n_prompts, &t);
     else
         ce_print_text(stdout, &rep, res, o->n_prompts, &t);
+    if (!o->json && diag)
+        ce_print_diagnosis(stdout, diag, o->show);
+    else if (!o->json && o->diagnose && t.agree)
+        printf("\ndiagnose:  the engine agrees with the reference: nothing to diagnose\n");
     fflush(stdout);
+    free(diag_json);
+    gguf_diagnosis_free(diag);
+    if (diag_rc) {
+        cli_error(spec.tool, &diag_err);
+        ret = cli_exit_code(diag_rc);
+        goto done;
+    }
     if (o->html && (rc = ce_write_html(o->html, &rep, res, o->n_prompts, &t, &err))) {
         cli_error(spec.tool, &err);
         ret = cli_exit_code(rc);
@@ -625,6 +688,47 @@ int refwd_check_engine_main(int argc, char **argv)
             }
             break;
         }
+        case OPT_DIAGNOSE: o.diagnose = true; break;
+        case OPT_TP:
+            o.diag_option = "--tp";
+            if (parse_tp_list(arg, &o.diag)) {
+                cli_errorf(spec.tool, "--tp: '%s' is not a list of sizes from 1 to 4096 (at "
+                                      "most %d)", arg, GGUF_DIAG_MAX_TP);
+                goto done;
+            }
+            break;
+        case OPT_EP:
+            o.diag_option = "--ep";
+            if (cli_parse_u64(arg, &v) || v < 1 || v > 4096) {
+                cli_errorf(spec.tool, "--ep: '%s' is not a size from 1 to 4096", arg);
+                goto done;
+            }
+            o.diag.ep = (int)v;
+            break;
+        case OPT_ENGINE:
+            o.diag_option = "--engine";
+            if (gguf_engine_from_name(arg, &o.diag.engine)) {
+                cli_errorf(spec.tool, "--engine: '%s' is not vllm or sglang", arg);
+                goto done;
+            }
+            o.engine_given = true;
+            break;
+        case OPT_JOBS:
+            o.diag_option = "--jobs";
+            if (cli_parse_u64(arg, &v) || v < 1 || v > 64) {
+                cli_errorf(spec.tool, "--jobs: '%s' is not a number from 1 to 64", arg);
+                goto done;
+            }
+            o.diag.n_jobs = (int)v;
+            break;
+        case OPT_MAX_RUNS:
+            o.diag_option = "--max-runs";
+            if (cli_parse_u64(arg, &v) || v < 1 || v > 100000000) {
+                cli_errorf(spec.tool, "--max-runs: '%s' is not a count", arg);
+                goto done;
+            }
+            o.diag.max_runs = (int64_t)v;
+            break;
         case OPT_BACKEND:
             if (refwd_backend_parse(arg, &o.backend)) {
                 cli_errorf(spec.tool, "--backend: '%s' is not cpu or cuda", arg);
@@ -654,6 +758,21 @@ int refwd_check_engine_main(int argc, char **argv)
                               "(see --help)");
         goto done;
     }
+    if (o.diag_option && !o.diagnose) {
+        cli_errorf(spec.tool, "%s needs --diagnose", o.diag_option);
+        goto done;
+    }
+    o.diag.layers = true;
+    o.diag.n_threads = o.threads;
+    if (!o.diag.n_jobs) {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        const int per = o.threads > 0 ? o.threads : 1;
+        o.diag.n_jobs = cpus > per ? (int)(cpus / per) : 1;
+        if (o.diag.n_jobs > 64)
+            o.diag.n_jobs = 64;
+    }
+    if (!o.diag.max_runs)
+        o.diag.max_runs = 2000;
     if (n_sources != 1) {
         cli_errorf(spec.tool, "give exactly one of --prompt, --chat, --messages, --tokens, "
                               "--prompts (%d given)", n_sources);

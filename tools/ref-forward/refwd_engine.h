@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gguf/diagnose.h"
 #include "gguf/engine.h"
 #include "gguf/file.h"
 #include "gguf/tokenize.h"
@@ -103,6 +104,7 @@ typedef struct ce_report {
     const gguf_file *meta;
     const gguf_engine_tol *tol;
     int show;                     /* table rows */
+    const char *diagnosis_json;   /* --diagnose: the "diagnosis" object, NULL: none */
 } ce_report;
 
 /* Totals over every prompt. */
@@ -125,6 +127,19 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
 /* @return 0 or a gguf_status (err filled). */
 int ce_write_html(const char *path, const ce_report *rep, ce_result *const *res, int n,
                   const ce_totals *t, gguf_error *err);
+
+/* refwd_engine_diagnose.c */
+
+/* gguf_diagnose over the answers of res (progress on a terminal).
+ * @return 0 or a gguf_status (err filled). */
+int ce_diagnose(gguf_diagnosis **out, const gguf_model *m, ce_result *const *res, int n,
+                const gguf_engine_tol *tol, const gguf_diag_opts *opts, gguf_error *err);
+/* "fault", "ambiguous" or "none". */
+const char *ce_diagnosis_result(const gguf_diagnosis *d);
+/* The candidates' table (show rows) and the finding. */
+void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show);
+/* The "diagnosis" object of --json (malloc'd; NULL when out of memory). */
+char *ce_diagnosis_json(const gguf_diagnosis *d);
 
 /* A token's text for display (escapes made printable), into buf. */
 const char *ce_piece(const gguf_file *meta, int32_t id, char *buf, size_t size);

@@ -600,7 +600,7 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
         }
         fputs("]}", out);
     }
-    fputs("]}\n", out);
+    fprintf(out, "], \"diagnosis\": %s}\n", rep->diagnosis_json ? rep->diagnosis_json : "null");
 }
 
 /* ---- HTML ---- */

@@ -1,0 +1,227 @@
+/* ref-forward check-engine --diagnose: after DIVERGED, which fault of the
+ * catalog makes the reference say what the engine said (gguf/diagnose.h);
+ * printed as a table and a one-line finding, or as the "diagnosis" object of
+ * --json. docs/check-engine.md, "After DIVERGED". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "refwd_engine.h"
+
+static void on_progress(void *user, int64_t done, int64_t total)
+{
+    (void)total;
+    cli_progress_update(user, (uint64_t)done);
+}
+
+int ce_diagnose(gguf_diagnosis **out, const gguf_model *m, ce_result *const *res, int n,
+                const gguf_engine_tol *tol, const gguf_diag_opts *opts, gguf_error *err)
+{
+    gguf_diag_answer *a = calloc((size_t)n, sizeof *a);
+    if (!a)
+        return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
+    for (int i = 0; i < n; i++)
+        a[i] = (gguf_diag_answer){res[i]->reply, res[i]->seq, res[i]->n_seq, res[i]->n_seq_prompt};
+    gguf_diag_opts o = *opts;
+    int64_t n_cand = 0, n_runs = 0;
+    int rc = gguf_diagnose_count(m, n, &o, &n_cand, &n_runs, err);
+    cli_progress p;
+    if (!rc) {
+        cli_progress_start(&p, "diagnose: reference runs", (uint64_t)n_runs);
+        o.progress = on_progress;
+        o.progress_user = &p;
+        rc = gguf_diagnose(out, m, a, n, tol, &o, err);
+        cli_progress_end(&p);
+    }
+    free(a);
+    return rc;
+}
+
+/* "kv-b-rows", "rope-pairs", "clean" (the plan without a fault). */
+static const char *fault_label(const gguf_diag_candidate *c)
+{
+    return c->fault == GGUF_FAULT_NONE ? "clean" : gguf_fault_name(c->fault);
+}
+
+/* A configuration fault gives the same numbers at every tp (but one). */
+static bool tp_matters(const gguf_diag_candidate *c)
+{
+    return !gguf_fault_is_config(c->fault) || c->fault == GGUF_FAULT_SHARED_DOUBLE_REDUCE;
+}
+
+static void where(char *buf, size_t size, const gguf_diag_candidate *c)
+{
+    char layer[32] = "every layer", tp[32] = "any tp", ep[24] = "";
+    if (c->layer >= 0)
+        snprintf(layer, sizeof layer, "layer %lld", (long long)c->layer);
+    if (tp_matters(c) || c->fault == GGUF_FAULT_NONE)
+        snprintf(tp, sizeof tp, "tp %d", c->tp);
+    if (c->ep > 1)
+        snprintf(ep, sizeof ep, ", ep %d", c->ep);
+    ce_fmt(buf, size, "%s, %s%s", layer, tp, ep);
+}
+
+/* The best candidate that is not the best's plan and not the clean one. */
+static const gguf_diag_candidate *runner_up(const gguf_diagnosis *d)
+{
+    for (int64_t i = 1; i < d->n; i++) {
+        const gguf_diag_candidate *c = &d->c[i];
+        if (c->fault != GGUF_FAULT_NONE && c->same_plan_as != 0 && c->run_error == 0)
+            return c;
+    }
+    return NULL;
+}
+
+static const gguf_diag_candidate *clean(const gguf_diagnosis *d)
+{
+    for (int64_t i = 0; i < d->n; i++)
+        if (d->c[i].fault == GGUF_FAULT_NONE)
+            return &d->c[i];
+    return NULL;
+}
+
+/* "fault": one fault reproduces the engine; "ambiguous": several with
+ * different plans do (or the same plan under several names); "none". */
+const char *ce_diagnosis_result(const gguf_diagnosis *d)
+{
+    if (d->n_reproducing == 0)
+        return "none";
+    return d->n_reproducing == 1 ? "fault" : "ambiguous";
+}
+
+void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show)
+{
+    char tps[96] = "";
+    size_t len = 0;
+    for (int i = 0; i < d->n_tried_tp && len < sizeof tps; i++)
+        len += (size_t)snprintf(tps + len, sizeof tps - len, "%s%d", i ? ", " : "",
+                                d->tried_tp[i]);
+    fprintf(out, "%sdiagnose:  %lld candidates (faults of the catalog at tp %s), %lld not "
+                 "possible in this model, %lld reference runs, %.1f s\n",
+            cli_verbosity < 1 ? "" : "\n", (long long)d->n, tps, (long long)d->n_not_applicable, (long long)d->n_runs,
+            d->seconds);
+    const int64_t rows = cli_verbosity < 1 ? 0 : show < d->n ? show : d->n;
+    if (rows > 0)
+        fprintf(out, "   %-22s %-22s %-10s %11s %11s %7s\n", "fault", "where", "reproduces",
+                "mean|dlp|", "max|dlp|", "top-1");
+    for (int64_t i = 0; i < rows; i++) {
+        const gguf_diag_candidate *c = &d->c[i];
+        char w[64];
+        where(w, sizeof w, c);
+        if (c->run_error) {
+            fprintf(out, "   %-22s %-22s (its plan does not run: %s)\n", fault_label(c), w,
+                    gguf_strerror(c->run_error));
+            continue;
+        }
+        fprintf(out, " %c %-22s %-22s %-10s %11.3e %11.3e %7.4f", c->reproduces ? '>' : ' ',
+                fault_label(c), w, c->reproduces ? "yes" : "no", c->mean_abs_dlogprob,
+                c->max_abs_dlogprob, c->top1_agreement);
+        if (c->same_plan_as >= 0)
+            fprintf(out, "  (same plan as %s)", fault_label(&d->c[c->same_plan_as]));
+        fputc('\n', out);
+    }
+    if (rows > 0 && rows < d->n)
+        fprintf(out, "   ... %lld more (-v: all)\n", (long long)(d->n - rows));
+    if (d->layers_runs_skipped)
+        fprintf(out, "note:      one layer at a time was not tried: %lld more runs, over "
+                     "--max-runs\n", (long long)d->layers_runs_skipped);
+    const gguf_diag_candidate *best = &d->c[0], *next = runner_up(d), *base = clean(d);
+    char w[64], w2[64];
+    where(w, sizeof w, best);
+    const char *result = ce_diagnosis_result(d);
+    if (strcmp(result, "fault") == 0) {
+        fprintf(out, "diagnosis: %s (%s) reproduces the engine: mean |dlogprob| %.3e",
+                fault_label(best), w, best->mean_abs_dlogprob);
+        if (next) {
+            where(w2, sizeof w2, next);
+            fprintf(out, "; runner-up %s (%s) %.3e, does not reproduce", fault_label(next), w2,
+                    next->mean_abs_dlogprob);
+        }
+        fprintf(out, "\n           %s\n", gguf_fault_summary(best->fault));
+    } else if (strcmp(result, "ambiguous") == 0) {
+        fprintf(out, "diagnosis: %d candidates reproduce the engine and these outputs cannot "
+                     "tell them apart:", d->n_reproducing);
+        int named = 0;
+        for (int64_t i = 0; i < d->n && d->c[i].reproduces; i++) {
+            if (d->c[i].fault == GGUF_FAULT_NONE)
+                continue;
+            where(w2, sizeof w2, &d->c[i]);
+            fprintf(out, "%s %s (%s, %.3e)", named++ ? "," : "", fault_label(&d->c[i]), w2,
+                    d->c[i].mean_abs_dlogprob);
+        }
+        fputs("\n           more prompts, or a weight dump (shard-plan check-dump), can\n", out);
+    } else {
+        fprintf(out, "diagnosis: no fault of the catalog reproduces the engine");
+        if (best->fault != GGUF_FAULT_NONE && best->run_error == 0)
+            fprintf(out, " (closest: %s, %s, mean |dlogprob| %.3e", fault_label(best), w,
+                    best->mean_abs_dlogprob);
+        else if (next)
+            fprintf(out, " (closest: %s, mean |dlogprob| %.3e", fault_label(next),
+                    next->mean_abs_dlogprob);
+        if (base)
+            fprintf(out, "; the clean reference: %.3e", base->mean_abs_dlogprob);
+        fputs(")\n           the engine's fault is not one the catalog models: compare its "
+              "weights (shard-plan check-dump) or its hidden states\n", out);
+    }
+}
+
+static json_t *num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static json_t *candidate_json(const gguf_diagnosis *d, const gguf_diag_candidate *c)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "fault", json_string(fault_label(c)));
+    json_object_set_new(o, "layer", c->layer >= 0 ? json_integer(c->layer) : json_null());
+    json_object_set_new(o, "tp", tp_matters(c) || c->fault == GGUF_FAULT_NONE
+                                     ? json_integer(c->tp) : json_null());
+    json_object_set_new(o, "ep", json_integer(c->ep));
+    json_object_set_new(o, "reproduces", json_boolean(c->reproduces));
+    json_object_set_new(o, "mean_abs_dlogprob", num(c->mean_abs_dlogprob));
+    json_object_set_new(o, "median_abs_dlogprob", num(c->median_abs_dlogprob));
+    json_object_set_new(o, "max_abs_dlogprob", num(c->max_abs_dlogprob));
+    json_object_set_new(o, "top1_agreement", num(c->top1_agreement));
+    json_object_set_new(o, "outliers", json_integer(c->n_over));
+    json_object_set_new(o, "same_plan_as", c->same_plan_as >= 0
+                        ? json_string(fault_label(&d->c[c->same_plan_as])) : json_null());
+    json_object_set_new(o, "run_error", c->run_error ? json_string(gguf_strerror(c->run_error))
+                                                     : json_null());
+    return o;
+}
+
+char *ce_diagnosis_json(const gguf_diagnosis *d)
+{
+    json_t *o = json_object(), *cands = json_array(), *tps = json_array();
+    const char *result = ce_diagnosis_result(d);
+    const gguf_diag_candidate *best = &d->c[0], *next = runner_up(d), *base = clean(d);
+    json_object_set_new(o, "result", json_string(result));
+    json_object_set_new(o, "fault", strcmp(result, "fault") == 0
+                                        ? candidate_json(d, best) : json_null());
+    json_object_set_new(o, "runner_up", next ? candidate_json(d, next) : json_null());
+    /* how much further the runner-up is from the engine than the finding (nats) */
+    json_object_set_new(o, "margin", next && strcmp(result, "fault") == 0
+                                         ? num(next->mean_abs_dlogprob - best->mean_abs_dlogprob)
+                                         : json_null());
+    json_object_set_new(o, "clean_mean_abs_dlogprob", base ? num(base->mean_abs_dlogprob)
+                                                           : json_null());
+    for (int i = 0; i < d->n_tried_tp; i++)
+        json_array_append_new(tps, json_integer(d->tried_tp[i]));
+    json_object_set_new(o, "tp_tried", tps);
+    json_object_set_new(o, "layers_tried", json_boolean(d->layers_tried));
+    json_object_set_new(o, "layers_runs_skipped", json_integer(d->layers_runs_skipped));
+    json_object_set_new(o, "runs", json_integer(d->n_runs));
+    json_object_set_new(o, "not_applicable", json_integer(d->n_not_applicable));
+    json_object_set_new(o, "seconds", json_real(d->seconds));
+    for (int64_t i = 0; i < d->n; i++)
+        json_array_append_new(cands, candidate_json(d, &d->c[i]));
+    json_object_set_new(o, "candidates", cands);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    json_decref(o);
+    return s;
+}
