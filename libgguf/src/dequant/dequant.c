@@ -110,7 +110,10 @@ const char *gguf_dequant_path_name(int path)
     return path >= 0 && path < GGUF_DEQUANT_PATH_COUNT ? path_names[path] : "unknown";
 }
 
-static bool cpu_has_avx2(void)
+static bool avx2_present;
+static pthread_once_t avx2_once = PTHREAD_ONCE_INIT;
+
+static void probe_avx2(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     /* AVX2 through the compiler (it also checks that the OS saves the YMM
@@ -118,10 +121,17 @@ static bool cpu_has_avx2(void)
      * versions do not know "f16c" as a __builtin_cpu_supports name. */
     __builtin_cpu_init();
     unsigned a, b, c, d;
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-#else
-    return false;
+    avx2_present =
+        __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 #endif
+}
+
+/* Probed once: CPUID traps to the hypervisor in a VM (microseconds each), and
+ * every dequantized row asks (96% of a virtual-TP run's time on a tiny model). */
+static bool cpu_has_avx2(void)
+{
+    pthread_once(&avx2_once, probe_avx2);
+    return avx2_present;
 }
 
 bool gguf_dequant_path_available(int path)
