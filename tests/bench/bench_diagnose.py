@@ -129,7 +129,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         ru = f"{r['runner_up']} ({r['runner_up_mean']:.3g})" if r["runner_up"] else ""
-        mark = "" if r["right"] else " **(wrong)**"
+        mark = ("" if r["right"] else " (the fault moves nothing these prompts reach: no "
+                "divergence)" if r["named"] == "agree" else " **(wrong)**")
         print(f"| {r['arch']} | {r['tp']} | {r['ep'] or ''} | {r['injected']} | "
               f"{r['named']}{mark} | {ru} | {r['runs'] or ''} | {r['seconds']} |")
     faulty = [r for r in rows if r["injected"] != "agree"]

@@ -65,15 +65,9 @@ static void where(char *buf, size_t size, const gguf_diag_candidate *c)
     ce_fmt(buf, size, "%s, %s%s", layer, tp, ep);
 }
 
-/* The best candidate that is not the best's plan and not the clean one. */
 static const gguf_diag_candidate *runner_up(const gguf_diagnosis *d)
 {
-    for (int64_t i = 1; i < d->n; i++) {
-        const gguf_diag_candidate *c = &d->c[i];
-        if (c->fault != GGUF_FAULT_NONE && c->same_plan_as != 0 && c->run_error == 0)
-            return c;
-    }
-    return NULL;
+    return d->runner_up >= 0 ? &d->c[d->runner_up] : NULL;
 }
 
 static const gguf_diag_candidate *clean(const gguf_diagnosis *d)
@@ -84,13 +78,10 @@ static const gguf_diag_candidate *clean(const gguf_diagnosis *d)
     return NULL;
 }
 
-/* "fault": one fault reproduces the engine; "ambiguous": several with
- * different plans do (or the same plan under several names); "none". */
 const char *ce_diagnosis_result(const gguf_diagnosis *d)
 {
-    if (d->n_reproducing == 0)
-        return "none";
-    return d->n_reproducing == 1 ? "fault" : "ambiguous";
+    return d->result == GGUF_DIAG_FAULT ? "fault"
+           : d->result == GGUF_DIAG_AMBIGUOUS ? "ambiguous" : "none";
 }
 
 void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show)
@@ -138,16 +129,19 @@ void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show)
                 fault_label(best), w, best->mean_abs_dlogprob);
         if (next) {
             where(w2, sizeof w2, next);
-            fprintf(out, "; runner-up %s (%s) %.3e, does not reproduce", fault_label(next), w2,
-                    next->mean_abs_dlogprob);
+            fprintf(out, "; runner-up %s (%s) %.3e%s", fault_label(next), w2,
+                    next->mean_abs_dlogprob, next->reproduces ? ", also within the tolerance "
+                    "but more than twice as far" : ", does not reproduce");
         }
         fprintf(out, "\n           %s\n", gguf_fault_summary(best->fault));
     } else if (strcmp(result, "ambiguous") == 0) {
-        fprintf(out, "diagnosis: %d candidates reproduce the engine and these outputs cannot "
-                     "tell them apart:", d->n_reproducing);
+        fputs("diagnosis: ambiguous: these faults reproduce the engine and its outputs do not "
+              "tell them apart:", out);
         int named = 0;
         for (int64_t i = 0; i < d->n && d->c[i].reproduces; i++) {
-            if (d->c[i].fault == GGUF_FAULT_NONE)
+            if (d->c[i].fault == GGUF_FAULT_NONE ||
+                (i > 0 && d->c[i].same_plan_as != 0 &&
+                 d->c[i].mean_abs_dlogprob >= 2 * best->mean_abs_dlogprob))
                 continue;
             where(w2, sizeof w2, &d->c[i]);
             fprintf(out, "%s %s (%s, %.3e)", named++ ? "," : "", fault_label(&d->c[i]), w2,

@@ -10,7 +10,9 @@
  * tolerances (gguf_engine_judge), exactly as a correct engine agrees with the
  * clean one; the candidates that do are ranked by mean |dlogprob| of the
  * engine's tokens. Nothing is guessed: when no candidate reproduces the
- * engine the diagnosis says so, and when two do, both are named.
+ * engine the diagnosis says so, and when the best two both do and their
+ * means are within a factor of two (the engine's own noise, as a bf16 engine
+ * has, could then order them either way), it is ambiguous and names both.
  *
  * The search (docs/check-engine.md, "Diagnose"):
  *   1. every fault at every layer, once per tp size (configuration faults,
@@ -80,10 +82,20 @@ typedef struct gguf_diag_candidate {
     int64_t n_positions, n_over;
 } gguf_diag_candidate;
 
+typedef enum gguf_diag_result {
+    GGUF_DIAG_NONE = 0,          /* no fault of the catalog reproduces the engine */
+    GGUF_DIAG_FAULT,             /* c[0] does, and clearly better than any other */
+    GGUF_DIAG_AMBIGUOUS          /* c[0] and the runner-up both do, and the outputs do not
+                                    separate them: the same plan, or the runner-up's mean
+                                    |dlogprob| under twice c[0]'s */
+} gguf_diag_result;
+
 typedef struct gguf_diagnosis {
     gguf_diag_candidate *c;      /* reproducing first, then by mean |dlogprob| */
     int64_t n;
-    int n_reproducing;
+    gguf_diag_result result;
+    int64_t runner_up;           /* the best fault after c[0] whose plan differs, -1 */
+    int n_reproducing;           /* faults (the clean plan not counted) */
     int64_t n_runs;              /* forward runs made (answers x distinct plans) */
     int64_t n_not_applicable;    /* (fault, layer, tp) that cannot occur in this model */
     bool layers_tried;           /* step 2 ran */

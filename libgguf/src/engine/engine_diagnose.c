@@ -379,6 +379,23 @@ static int rank(gguf_diagnosis *d, cand *c, int64_t n, gguf_error *err)
     }
     d->n = n;
     free(where);
+    d->runner_up = -1;
+    for (int64_t i = 1; i < n && d->runner_up < 0; i++)
+        if (d->c[i].fault != GGUF_FAULT_NONE && d->c[i].same_plan_as != 0 && !d->c[i].run_error)
+            d->runner_up = i;
+    const gguf_diag_candidate *best = n ? &d->c[0] : NULL;
+    if (!best || !best->reproduces || best->fault == GGUF_FAULT_NONE) {
+        d->result = GGUF_DIAG_NONE;
+        return 0;
+    }
+    d->result = GGUF_DIAG_FAULT;
+    for (int64_t i = 1; i < n; i++) {
+        const gguf_diag_candidate *o = &d->c[i];
+        if (o->fault == GGUF_FAULT_NONE || !o->reproduces)
+            continue;
+        if (o->same_plan_as == 0 || o->mean_abs_dlogprob < 2 * best->mean_abs_dlogprob)
+            d->result = GGUF_DIAG_AMBIGUOUS;
+    }
     return 0;
 }
 
