@@ -414,6 +414,11 @@ int gguf_diagnose(gguf_diagnosis **out, const gguf_model *m, const gguf_diag_ans
     *out = NULL;
     if (!m || !answers || n_answers < 1 || !tol || !opts)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "diagnose: nothing to diagnose");
+    for (int i = 0; i < n_answers; i++)
+        if (!answers[i].reply || !answers[i].seq || answers[i].n_seq < 2 ||
+            answers[i].n_seq_prompt < 1 || answers[i].n_seq_prompt > answers[i].n_seq)
+            return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                             "diagnose: answer %d without a reply or a sequence", i);
     const double t0 = now_seconds();
     gguf_diagnosis *d = calloc(1, sizeof *d);
     cand_list l = {0};
