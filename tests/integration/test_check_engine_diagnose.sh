@@ -9,7 +9,7 @@ R=$GGUFKIT_BIN/ref-forward
 [ -x "$GEN" ] || skip "gguf-gen is not built"
 command -v python3 >/dev/null || skip "python3 is not installed"
 "$R" check-engine --help >/dev/null 2>&1 || skip "ref-forward is built without check-engine"
-for a in deepseek2 llama; do
+for a in deepseek2 llama qwen3moe; do
     "$GEN" model --arch "$a" --kv-heads 2 --vocab 500 --type Q4_K --no-sync --force -q \
         "$T/$a.gguf" || fail "gguf-gen $a"
 done
@@ -82,6 +82,13 @@ with Serve(llama, "--tp", "4", "--inject", "kv-heads-split") as s:
     rc, d, out, err = check(llama, s.url, "--diagnose", "--tp", "2,4", "--json")
     if rc != 1 or named(d) != ("kv-heads-split", None) or d["diagnosis"]["fault"]["tp"] != 4:
         bad.append(f"kv-heads-split: exit {rc} {d and d['diagnosis']['fault']} {err}")
+# 3b. experts owned off by one under expert parallelism: tried at ep = tp without --ep
+moe = f"{T}/qwen3moe.gguf"
+with Serve(moe, "--tp", "2", "--ep", "2", "--inject", "expert-offset") as s:
+    rc, d, out, err = check(moe, s.url, "--diagnose", "--tp", "2", "--json")
+    f = d and d["diagnosis"]["fault"]
+    if rc != 1 or named(d) != ("expert-offset", None) or f["ep"] != 2:
+        bad.append(f"expert-offset: exit {rc} {f} {err}")
 # 4. a clean engine: agree, nothing to diagnose
 with Serve(ds, "--tp", "2") as s:
     rc, d, out, err = check(ds, s.url, "--diagnose", "--json")

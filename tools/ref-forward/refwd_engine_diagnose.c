@@ -97,18 +97,18 @@ void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show)
             d->seconds);
     const int64_t rows = cli_verbosity < 1 ? 0 : show < d->n ? show : d->n;
     if (rows > 0)
-        fprintf(out, "   %-22s %-22s %-10s %11s %11s %7s\n", "fault", "where", "reproduces",
+        fprintf(out, "   %-22s %-24s %-10s %11s %11s %7s\n", "fault", "where", "reproduces",
                 "mean|dlp|", "max|dlp|", "top-1");
     for (int64_t i = 0; i < rows; i++) {
         const gguf_diag_candidate *c = &d->c[i];
         char w[64];
         where(w, sizeof w, c);
         if (c->run_error) {
-            fprintf(out, "   %-22s %-22s (its plan does not run: %s)\n", fault_label(c), w,
+            fprintf(out, "   %-22s %-24s (its plan does not run: %s)\n", fault_label(c), w,
                     gguf_strerror(c->run_error));
             continue;
         }
-        fprintf(out, " %c %-22s %-22s %-10s %11.3e %11.3e %7.4f", c->reproduces ? '>' : ' ',
+        fprintf(out, " %c %-22s %-24s %-10s %11.3e %11.3e %7.4f", c->reproduces ? '>' : ' ',
                 fault_label(c), w, c->reproduces ? "yes" : "no", c->mean_abs_dlogprob,
                 c->max_abs_dlogprob, c->top1_agreement);
         if (c->same_plan_as >= 0)

@@ -53,7 +53,9 @@ typedef struct gguf_diag_opts {
     int tp[GGUF_DIAG_MAX_TP];    /* tp sizes to try; n_tp 0: 1, 2, 4, 8 where the
                                     model's heads, kv heads and ffn split evenly */
     int n_tp;
-    int ep;                      /* expert-parallel size used with every tp (0: none) */
+    int ep;                      /* expert-parallel size used with every tp; 0: none,
+                                    and a fault that needs expert parallelism is tried
+                                    at ep = tp */
     gguf_engine engine;          /* whose sharding rules */
     bool layers;                 /* step 2 of the search */
     int n_jobs;                  /* candidates run at once (0: 1) */

@@ -33,9 +33,9 @@ static double now_seconds(void)
 /* The plan an engine with fault f (at layer, or every layer) would load.
  * GGUF_E_UNSUPPORTED when the fault cannot occur there. */
 static int faulty_plan(gguf_shard_plan **out, const gguf_model *m, const gguf_diag_opts *o, int tp,
-                       gguf_fault f, int64_t layer, gguf_error *err)
+                       int ep, gguf_fault f, int64_t layer, gguf_error *err)
 {
-    gguf_shard_opts so = {.tp = tp, .ep = o->ep, .engine = o->engine};
+    gguf_shard_opts so = {.tp = tp, .ep = ep, .engine = o->engine};
     int rc = gguf_shard_plan_build(out, m, &so, err);
     if (!rc && f != GGUF_FAULT_NONE)
         rc = gguf_shard_apply_fault(*out, f, layer, err);
@@ -50,7 +50,7 @@ static int faulty_plan(gguf_shard_plan **out, const gguf_model *m, const gguf_di
 static bool tp_fits(const gguf_model *m, const gguf_diag_opts *o, int tp)
 {
     gguf_shard_plan *p = NULL;
-    if (faulty_plan(&p, m, o, tp, GGUF_FAULT_NONE, -1, NULL))
+    if (faulty_plan(&p, m, o, tp, o->ep, GGUF_FAULT_NONE, -1, NULL))
         return false;
     const bool ok = gguf_shard_plan_check_worst(p, GGUF_CHECK_ERROR) == 0;
     gguf_shard_plan_free(p);
@@ -81,12 +81,12 @@ static int tp_sizes(const gguf_model *m, const gguf_diag_opts *o, int *tps, int 
     return 0;
 }
 
-static int add(cand_list *l, const gguf_model *m, const gguf_diag_opts *o, int tp, gguf_fault f,
-               int64_t layer, gguf_error *err)
+static int add(cand_list *l, const gguf_model *m, const gguf_diag_opts *o, int tp, int ep,
+               gguf_fault f, int64_t layer, gguf_error *err)
 {
     gguf_shard_plan *p = NULL;
     gguf_error quiet = {0};
-    int rc = faulty_plan(&p, m, o, tp, f, layer, &quiet);
+    int rc = faulty_plan(&p, m, o, tp, ep, f, layer, &quiet);
     if (rc == GGUF_E_UNSUPPORTED) {
         l->n_not_applicable++;
         return 0;
@@ -111,7 +111,7 @@ static int add(cand_list *l, const gguf_model *m, const gguf_diag_opts *o, int t
     c->out.fault = f;
     c->out.layer = layer;
     c->out.tp = tp;
-    c->out.ep = o->ep;
+    c->out.ep = ep;
     c->out.same_plan_as = -1;
     c->order = l->n;
     gguf_shard_plan_digest(p, c->digest);
@@ -125,19 +125,36 @@ static int add(cand_list *l, const gguf_model *m, const gguf_diag_opts *o, int t
     return 0;
 }
 
+/* Without a given ep, a fault that only expert parallelism makes possible
+ * (experts owned by the wrong rank) is tried at ep = tp: what vLLM's
+ * --enable-expert-parallel and SGLang's --ep-size tp do. Other faults give the
+ * same numbers with the experts split either way. */
+static int add_sized(cand_list *l, const gguf_model *m, const gguf_diag_opts *o, int tp,
+                     gguf_fault f, int64_t layer, gguf_error *err)
+{
+    const int64_t before = l->n_not_applicable;
+    int rc = add(l, m, o, tp, o->ep, f, layer, err);
+    if (!rc && l->n_not_applicable > before && o->ep == 0 && tp > 1 &&
+        gguf_model_hparams(m)->n_expert % tp == 0 && gguf_model_hparams(m)->n_expert > 0) {
+        l->n_not_applicable = before;
+        rc = add(l, m, o, tp, tp, f, layer, err);
+    }
+    return rc;
+}
+
 /* Step 1: every fault at every layer; configuration faults (the same
  * numbers at any tp) at the first tp size only, except the one that scales
  * with tp. */
 static int enumerate_all_layers(cand_list *l, const gguf_model *m, const gguf_diag_opts *o,
                                 const int *tps, int n_tp, gguf_error *err)
 {
-    int rc = add(l, m, o, tps[0], GGUF_FAULT_NONE, -1, err);
+    int rc = add(l, m, o, tps[0], o->ep, GGUF_FAULT_NONE, -1, err);
     for (int t = 0; !rc && t < n_tp; t++)
         for (int f = GGUF_FAULT_NONE + 1; !rc && f < GGUF_FAULT_COUNT; f++) {
             if (t > 0 && gguf_fault_is_config((gguf_fault)f) &&
                 f != GGUF_FAULT_SHARED_DOUBLE_REDUCE)
                 continue;
-            rc = add(l, m, o, tps[t], (gguf_fault)f, -1, err);
+            rc = add_sized(l, m, o, tps[t], (gguf_fault)f, -1, err);
         }
     return rc;
 }
@@ -151,7 +168,7 @@ static int enumerate_each_layer(cand_list *l, const gguf_model *m, const gguf_di
     for (int t = 0; !rc && t < n_tp; t++)
         for (int f = GGUF_FAULT_NONE + 1; !rc && f < GGUF_FAULT_COUNT; f++)
             for (int64_t il = 0; !rc && il < n_layer && !gguf_fault_is_config((gguf_fault)f); il++)
-                rc = add(l, m, o, tps[t], (gguf_fault)f, il, err);
+                rc = add_sized(l, m, o, tps[t], (gguf_fault)f, il, err);
     return rc;
 }
 
@@ -258,7 +275,8 @@ static int run_candidate(search *s, cand *c, gguf_error *err)
     if (!cmp)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "diagnose: out of memory");
     const int threads = s->o->n_threads > 0 ? s->o->n_threads : 1;
-    int rc = faulty_plan(&plan, s->m, s->o, c->out.tp, c->out.fault, c->out.layer, err);
+    int rc = faulty_plan(&plan, s->m, s->o, c->out.tp, c->out.ep, c->out.fault, c->out.layer,
+                         err);
     for (int i = 0; !rc && i < s->n_answers; i++) {
         if (s->o->cancel && *s->o->cancel) {
             rc = gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET, "diagnose: cancelled");
