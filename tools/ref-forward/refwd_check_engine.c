@@ -426,6 +426,8 @@ static int run(ce_opts *o)
     gguf_tokenizer *tok = NULL;
     ce_ctx ctx = {0};
     ce_result **res = NULL;
+    gguf_diagnosis *diag = NULL;
+    char *diag_json = NULL;
     int ret = CLI_EXIT_USAGE, rc;
     char detected[256] = "";
     gguf_engine_tol tol;
@@ -514,8 +516,6 @@ static int run(ce_opts *o)
     }
     ce_totals t;
     ce_totals_compute(&t, res, o->n_prompts);
-    gguf_diagnosis *diag = NULL;
-    char *diag_json = NULL;
     int diag_rc = 0;
     gguf_error diag_err = {0};
     if (o->diagnose && !t.agree) {
@@ -535,7 +535,8 @@ static int run(ce_opts *o)
                      ctx.meta,
                      &tol,
                      o->show,
-                     diag_json};
+                     diag_json,
+                     diag};
     if (o->json)
         ce_print_json(stdout, &rep, res, o->n_prompts, &t);
     else
@@ -545,8 +546,6 @@ static int run(ce_opts *o)
     else if (!o->json && o->diagnose && t.agree)
         printf("\ndiagnose:  the engine agrees with the reference: nothing to diagnose\n");
     fflush(stdout);
-    free(diag_json);
-    gguf_diagnosis_free(diag);
     if (diag_rc) {
         cli_error(spec.tool, &diag_err);
         ret = cli_exit_code(diag_rc);
@@ -559,6 +558,8 @@ static int run(ce_opts *o)
     }
     ret = t.agree ? CLI_EXIT_OK : CLI_EXIT_DIFF;
 done:
+    free(diag_json);
+    gguf_diagnosis_free(diag);
     for (int i = 0; res && i < o->n_prompts; i++) {
         if (res[i])
             ce_result_clear(res[i]);

@@ -105,6 +105,7 @@ typedef struct ce_report {
     const gguf_engine_tol *tol;
     int show;                     /* table rows */
     const char *diagnosis_json;   /* --diagnose: the "diagnosis" object, NULL: none */
+    const gguf_diagnosis *diagnosis; /* and what it was made from (--html) */
 } ce_report;
 
 /* Totals over every prompt. */
@@ -138,6 +139,8 @@ int ce_diagnose(gguf_diagnosis **out, const gguf_model *m, ce_result *const *res
 const char *ce_diagnosis_result(const gguf_diagnosis *d);
 /* The candidates' table (show rows) and the finding. */
 void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show);
+/* The finding and the ranked candidates as an HTML section. */
+void ce_html_diagnosis(FILE *f, const gguf_diagnosis *d);
 /* The "diagnosis" object of --json (malloc'd; NULL when out of memory). */
 char *ce_diagnosis_json(const gguf_diagnosis *d);
 

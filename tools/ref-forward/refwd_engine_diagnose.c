@@ -163,6 +163,46 @@ void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show)
     }
 }
 
+static void html_text(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        default: fputc(*s, f);
+        }
+}
+
+void ce_html_diagnosis(FILE *f, const gguf_diagnosis *d)
+{
+    const gguf_diag_candidate *best = &d->c[0];
+    char w[64];
+    fputs("<h3>diagnosis</h3>\n<p>", f);
+    if (d->result == GGUF_DIAG_NONE) {
+        fputs("no fault of the catalog reproduces the engine", f);
+    } else {
+        where(w, sizeof w, best);
+        fprintf(f, "%s<b>%s</b> (%s) reproduces the engine: ",
+                d->result == GGUF_DIAG_AMBIGUOUS ? "ambiguous: " : "", fault_label(best), w);
+        html_text(f, gguf_fault_summary(best->fault));
+    }
+    fprintf(f, "<br>%lld candidates, %lld reference runs, %.1f s; a candidate reproduces the "
+               "engine when the engine agrees with that faulty reference under the tolerances "
+               "above</p>\n<table><tr><th>fault</th><th>where</th><th>reproduces</th>"
+               "<th>mean |dlogprob|</th><th>max |dlogprob|</th><th>top-1</th></tr>\n",
+            (long long)d->n, (long long)d->n_runs, d->seconds);
+    for (int64_t i = 0; i < d->n && i < 12; i++) {
+        const gguf_diag_candidate *c = &d->c[i];
+        where(w, sizeof w, c);
+        fprintf(f, "<tr class=\"%s\"><td>%s</td><td>%s</td><td>%s</td><td>%.3e</td>"
+                   "<td>%.3e</td><td>%.4f</td></tr>\n", c->reproduces ? "ok" : "",
+                fault_label(c), w, c->run_error ? "(does not run)" : c->reproduces ? "yes" : "no",
+                c->mean_abs_dlogprob, c->max_abs_dlogprob, c->top1_agreement);
+    }
+    fputs("</table>\n", f);
+}
+
 static json_t *num(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();

@@ -738,6 +738,8 @@ int ce_write_html(const char *path, const ce_report *rep, ce_result *const *res,
                "tolerances dlogprob %s, kl %s, top1 %s, tie %s</p>\n",
             rep->backend, t->top1_agreement, t->kl_topk_mean, t->max_abs_dlogprob, tl[0], tl[1],
             tl[2], tl[3]);
+    if (rep->diagnosis)
+        ce_html_diagnosis(f, rep->diagnosis);
     for (int i = 0; i < n; i++) {
         const ce_result *r = res[i];
         const gguf_engine_cmp *c = r->cmp;
