@@ -133,6 +133,20 @@ def main():
                 "divergence)" if r["named"] == "agree" else " **(wrong)**")
         print(f"| {r['arch']} | {r['tp']} | {r['ep'] or ''} | {r['injected']} | "
               f"{r['named']}{mark} | {ru} | {r['runs'] or ''} | {r['seconds']} |")
+    # the same runs as a matrix: served fault x model, the sizes at which it was named right;
+    # (=) no divergence (nothing to diagnose), (X) named wrong
+    archs = list(dict.fromkeys(r["arch"] for r in rows))
+    served = list(dict.fromkeys(r["injected"] for r in rows))
+    cells = {}
+    for r in rows:
+        size = f"{r['tp']}" + (f"/ep{r['ep']}" if r["ep"] else "")
+        mark = "" if r["right"] else "(=)" if r["named"] == "agree" else "(X)"
+        cells.setdefault((r["injected"], r["arch"]), []).append(size + mark)
+    print("\n| served | " + " | ".join(archs) + " |")
+    print("|---|" + "---|" * len(archs))
+    for f in served:
+        print(f"| `{f}` | " + " | ".join(", ".join(cells.get((f, a), [])) or "-"
+                                        for a in archs) + " |")
     faulty = [r for r in rows if r["injected"] != "agree"]
     seen = [r for r in faulty if r["named"] != "agree"]
     clean = [r for r in rows if r["injected"] == "agree"]
