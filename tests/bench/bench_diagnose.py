@@ -11,40 +11,19 @@ outputs cannot tell apart (ambiguous: listed), another fault (wrong), or none.
 import argparse
 import json
 import os
-import select
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from serve_process import Serve  # noqa: E402
 
 BIN = os.environ.get("GGUFKIT_BIN", "build/tools")
 GEN = os.environ.get("GGUFKIT_GEN", "build/testdata/gguf-gen")
 R = os.path.join(BIN, "ref-forward")
 TOKENS = "1,17,42,99,123,7,250,31"
 MOE = {"qwen3moe", "deepseek2", "glm4moe", "glm-dsa"}
-
-
-class Serve:
-    def __init__(self, model, *args):
-        self.err = tempfile.TemporaryFile("w+")
-        self.p = subprocess.Popen([R, "serve", model, "--port", "0", *args],
-                                  stdout=subprocess.PIPE, stderr=self.err, text=True)
-        ready = select.select([self.p.stdout], [], [], 120)[0]
-        line = self.p.stdout.readline() if ready else ""
-        if "listening on" not in line:
-            self.p.kill()
-            self.p.wait()
-            self.err.seek(0)
-            self.url = None
-            self.why = self.err.read().strip().splitlines()[-1:] or [line]
-        else:
-            self.url = line.split()[-1]
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            self.p.wait(timeout=30)
-        self.err.close()
 
 
 def faults():
@@ -101,9 +80,9 @@ def main():
             size_args = ["--tp", str(tp)] + (["--ep", str(ep)] if ep else [])
             injected = [None] + catalog + [f + "@1" for f in a.layer_faults.split(",")]
             for fault in injected:
-                s = Serve(model, *size_args, *(["--inject", fault] if fault else []))
+                s = Serve(R, model, *size_args, *(["--inject", fault] if fault else []),
+                          must_start=False)
                 if not s.url:
-                    s.close()
                     continue  # not possible in this model at this size
                 try:
                     d, secs = diagnose(model, s.url, tp, ep)

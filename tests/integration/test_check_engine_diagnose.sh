@@ -16,29 +16,14 @@ done
 "$GEN" model --arch deepseek2 --kv-heads 2 --vocab 500 --type Q4_K --seed 2 --no-sync --force \
     -q "$T/other.gguf" || fail "gguf-gen other"
 
-python3 - "$R" "$T" <<'EOF' && pass || fail "check-engine --diagnose (details above)"
-import json, select, subprocess, sys, tempfile
+python3 - "$R" "$T" "$(dirname "$0")" <<'EOF' && pass || fail "check-engine --diagnose (details above)"
+import functools, json, subprocess, sys
 R, T = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+import serve_process
+Serve = functools.partial(serve_process.Serve, R)
 TOK = ["--tokens", "1,17,42,99,123,7", "-n", "4"]
 bad = []
-
-class Serve:
-    def __init__(self, model, *args):
-        self.err = tempfile.TemporaryFile("w+")
-        self.p = subprocess.Popen([R, "serve", model, "--port", "0", *args],
-                                  stdout=subprocess.PIPE, stderr=self.err, text=True)
-        ready = select.select([self.p.stdout], [], [], 120)[0]
-        line = self.p.stdout.readline() if ready else ""
-        if "listening on" not in line:
-            self.p.kill()
-            raise RuntimeError(f"serve {model} {args}: {line!r}")
-        self.url = line.split()[-1]
-    def __enter__(self):
-        return self
-    def __exit__(self, *a):
-        self.p.terminate()
-        self.p.wait(timeout=30)
-        self.err.close()
 
 def check(model, url, *args):
     p = subprocess.run([R, "check-engine", model, "--url", url, *TOK, *args],
