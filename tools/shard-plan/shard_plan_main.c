@@ -270,6 +270,7 @@ int main(int argc, char **argv)
     if (a.filter.set && (a.json || cli_verbosity > 0 || !a.shards_dir)) {
         for (int64_t i = 0; i < gguf_shard_plan_count(p); i++)
             cli_filter_match(&a.filter, gguf_shard_plan_at(p, i)->name);
+        fflush(stdout); /* the warning after the report, in a terminal too */
         cli_filter_warn_empty(&a.filter, SP_TOOL, (long long)gguf_shard_plan_count(p));
     }
     if (fflush(stdout) != 0) {
