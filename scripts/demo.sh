@@ -36,8 +36,8 @@ step "gguf-inspect: the whole split set, from its second part"
 step "gguf-merge: validate the set, merge, verify every tensor digest, write a manifest"
 "$bin/gguf-merge" --merge --verify --manifest "$work/manifest.json" \
     "$work/demo-00003-of-00003.gguf" "$work/merged.gguf"
-echo "model digest of the parts:  $("$bin/gguf-inspect" --hash --json --tensors-only "$work/demo-00001-of-00003.gguf" | python3 -c 'import json,sys;print(json.load(sys.stdin)["model_xxh3_128"])')"
-echo "model digest of the merge:  $("$bin/gguf-inspect" --hash --json --tensors-only "$work/merged.gguf" | python3 -c 'import json,sys;print(json.load(sys.stdin)["model_xxh3_128"])')"
+echo "model digest of the parts:  $("$bin/gguf-inspect" --hash --json --tensors-only "$work/demo-00001-of-00003.gguf" | python3 -c 'import json,sys;print(json.load(sys.stdin)["model_digest"])')"
+echo "model digest of the merge:  $("$bin/gguf-inspect" --hash --json --tensors-only "$work/merged.gguf" | python3 -c 'import json,sys;print(json.load(sys.stdin)["model_digest"])')"
 
 step "gguf-dequant-verify: dequantize every tensor, statistics and suspicious blocks"
 first 12 "$bin/gguf-dequant-verify" "$work/merged.gguf"

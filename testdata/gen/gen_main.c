@@ -184,7 +184,8 @@ static void print_summary(const char *out, uint32_t n_parts, bool json, uint64_t
             nbytes += gguf_set_tensor_at(s, i)->nbytes;
         const gguf_file *m = gguf_set_meta(s);
         const gguf_kv *arch = gguf_file_kv_find(m, "general.architecture");
-        printf("{\"architecture\":");
+        cli_json_begin(stdout, "gguf-gen");
+        printf(",\"arch\":");
         if (arch && arch->value.type == GGUF_VALUE_STRING)
             cli_json_str(stdout, arch->value.v.str.data, (size_t)arch->value.v.str.len);
         else

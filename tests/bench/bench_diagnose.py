@@ -1,5 +1,5 @@
 """The --diagnose table of docs/check-engine.md: every fault of the catalog that can occur in a
-generated model, served broken by `ref-forward serve --tp N [--ep M] --inject FAULT[@LAYER]`,
+generated model, served broken by `ref-forward serve --tp N [--ep M] --fault FAULT[@LAYER]`,
 diagnosed by `check-engine --diagnose --tp N [--ep M]`; clean engines at each size too.
 
     GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/testdata/gguf-gen \\
@@ -29,7 +29,7 @@ MOE = {"qwen3moe", "deepseek2", "glm4moe", "glm-dsa"}
 def faults():
     out = subprocess.run([os.path.join(BIN, "shard-plan"), "--list-faults", "--json"],
                          capture_output=True, text=True, check=True).stdout
-    return [f["name"] for f in json.loads(out)]
+    return [f["name"] for f in json.loads(out)["faults"]]
 
 
 def diagnose(model, url, tp, ep):
@@ -48,7 +48,7 @@ def diagnose(model, url, tp, ep):
 def named(d):
     g = d.get("diagnosis")
     if g is None:
-        return "agree" if d.get("verdict") == "agree" else "no diagnosis"
+        return "agree" if d.get("ok") is True else "no diagnosis"
     if g["result"] == "fault":
         f = g["fault"]
         return f["fault"] + ("" if f["layer"] is None else f"@{f['layer']}")
@@ -80,7 +80,7 @@ def main():
             size_args = ["--tp", str(tp)] + (["--ep", str(ep)] if ep else [])
             injected = [None] + catalog + [f + "@1" for f in a.layer_faults.split(",")]
             for fault in injected:
-                s = Serve(R, model, *size_args, *(["--inject", fault] if fault else []),
+                s = Serve(R, model, *size_args, *(["--fault", fault] if fault else []),
                           must_start=False)
                 if not s.url:
                     continue  # not possible in this model at this size

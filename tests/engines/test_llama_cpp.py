@@ -71,4 +71,4 @@ def test_another_model_diverges(tmp_path):
     finally:
         srv.stop()
     assert rc == 1, err
-    assert out["verdict"] == "diverged"
+    assert out["ok"] is False

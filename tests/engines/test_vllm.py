@@ -72,7 +72,7 @@ def test_agree_hf_checkpoint_as_model(served):
     rc, out, err = engines.check_engine(hf, srv.url, "-n", "8", "--prompt", "Once upon a time",
                                         "--vocab", gguf)
     assert rc == 0, err
-    assert out["verdict"] == "agree"
+    assert out["ok"] is True
     # the HF checkpoint is the engine's own file: float32 on both sides
     assert out["max_abs_dlogprob"] < 1e-3, out["max_abs_dlogprob"]
 
@@ -138,8 +138,8 @@ def test_fault_served_by_vllm_diverges(tmp_path, arch, name, edit, by):
         srv.stop()
     assert out and out["diagnosis"]["result"] == "none", (name, out and out["diagnosis"])
     assert rc == 1, f"{name}: exit {rc}: {err}"
-    assert out["verdict"] == "diverged"
-    first = out["first_divergent"]
+    assert out["ok"] is False
+    first = out["first_divergence"]
     assert first is not None
     n_prompt = len(out["prompts"][0]["prompt_tokens"])
     limit = by if by is not None else n_prompt - 1

@@ -66,8 +66,8 @@ for arch in ARCHS:
     m = f"{T}/{arch}.gguf"
     with Serve(m) as s:
         rc, d, out, err = check(m, s.url, "--tokens", TOK, "-n", "6", "--json")
-        if rc != 0 or d["verdict"] != "agree" or d["api"] != "vllm":
-            bad.append(f"{arch}: exit {rc} {d and d['verdict']} {err.strip()}")
+        if rc != 0 or d["ok"] is not True or d["api"] != "vllm":
+            bad.append(f"{arch}: exit {rc} {d and d['ok']} {err.strip()}")
             continue
         pr = d["prompts"][0]
         # the engine's own tokens are teacher-forced: 7 echoed prompt positions + 6 generated
@@ -75,7 +75,7 @@ for arch in ARCHS:
             bad.append(f"{arch}: {len(pr['positions'])} positions, prompt {pr['prompt_tokens']}")
         if d["max_abs_dlogprob"] > 1e-4 or d["top1_agreement"] != 1:
             bad.append(f"{arch}: max |dlogprob| {d['max_abs_dlogprob']}")
-        for key in ("verdict", "first_divergent", "top1_agreement", "kl_topk_mean",
+        for key in ("tool", "version", "ok", "first_divergence", "top1_agreement", "kl_topk_mean",
                     "max_abs_dlogprob", "tokenization_match"):
             if key not in d:
                 bad.append(f"{arch}: JSON lacks {key}")
@@ -124,7 +124,7 @@ for arch, tp in (("llama", 2), ("deepseek2", 2), ("qwen3moe", 4)):
     with Serve(m, "--tp", str(tp)) as s:
         rc, d, out, err = check(m, s.url, "--tokens", TOK, "-n", "4", "--json", "--tol", "strict")
         if rc != 0:
-            bad.append(f"clean tp {tp} {arch}: exit {rc} {d and d['first_divergent']} {err.strip()}")
+            bad.append(f"clean tp {tp} {arch}: exit {rc} {d and d['first_divergence']} {err.strip()}")
 
 # a check turned off is null in --json (the contract) and "off" in the text
 m = f"{T}/llama.gguf"
@@ -151,8 +151,8 @@ for arch, fault, seq, tol, extra in FAULTS:
     m = f"{T}/{arch}.gguf"
     with Serve(m, "--tp", "2", *extra, "--inject", fault) as s:
         rc, d, out, err = check(m, s.url, "--tokens", TOK, "-n", "4", "--json", "--tol", tol)
-        fd = d and d["first_divergent"]
-        if rc != 1 or d["verdict"] != "diverged" or fd["row"]["seq"] != seq:
+        fd = d and d["first_divergence"]
+        if rc != 1 or d["ok"] is not False or fd["row"]["seq"] != seq:
             bad.append(f"{arch} --inject {fault}: exit {rc} first divergence "
                        f"{fd and fd['row']['seq']} (want sequence index {seq}) {err.strip()}")
         # the row shows both sides' best tokens
@@ -166,9 +166,9 @@ for arch, fault, seq, tol, extra in FAULTS:
             # the incident's view: generated positions only, flagged at the first one
             rc, d, out, err = check(m, s.url, "--tokens", TOK, "-n", "4", "--no-echo", "--json")
             pr = d and d["prompts"][0]
-            if rc != 1 or len(pr["positions"]) != 4 or pr["first_divergent_generated"] != 0 or \
-                    d["first_divergent"]["generated_position"] != 0:
-                bad.append(f"--no-echo: exit {rc} {pr and pr['first_divergent']} {err.strip()}")
+            if rc != 1 or len(pr["positions"]) != 4 or pr["first_divergence_generated"] != 0 or \
+                    d["first_divergence"]["generated_position"] != 0:
+                bad.append(f"--no-echo: exit {rc} {pr and pr['first_divergence']} {err.strip()}")
 
 # 4. closed port: exit 3 naming the URL (the port stays bound, never listening,
 # so no other test's server can take it meanwhile)
@@ -285,7 +285,7 @@ for mode, want_rc, want_err in (
 # wrong verdicts closed: another prompt answered is DIVERGED; a missing usage, an empty
 # /tokenize and a sequence over --max-positions are exit 2, never a verdict
 rc, d, out, err = check(m, f"{base}/mismatch", "--tokens", TOK, "--json")
-if rc != 1 or d["verdict"] != "diverged" or d["prompts"][0]["prompt_mismatch"] != \
+if rc != 1 or d["ok"] is not False or d["prompts"][0]["prompt_mismatch"] != \
         {"index": 3, "sent": 99, "engine": 100}:
     bad.append(f"prompt ids that differ: exit {rc}: {err.strip()} {d and d['prompts'][0]}")
 for mode, args, want in (

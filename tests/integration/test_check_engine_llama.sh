@@ -43,7 +43,7 @@ expect 0 "$R" check-engine "$M" --url "$U" --prompt "Once upon a time, there was
 python3 -c "
 import json
 d = json.load(open('$T/out'))
-assert d['api'] == 'llama-server' and d['verdict'] == 'agree', d['verdict']
+assert d['api'] == 'llama-server' and d['ok'] is True, d['ok']
 assert d['tokenization_match'] is True and d['prompts'][0]['prompt_ids_from'] == '/tokenize'
 assert 0 < d['max_abs_dlogprob'] < 0.05 and d['top1_agreement'] == 1
 " && pass || fail "llama-server text prompt: $(head -c 400 "$T/out")"

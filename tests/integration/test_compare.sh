@@ -32,7 +32,7 @@ assert d["schema"] == "ggufkit.compare/1" and d["ok"] is True, d["ok"]
 assert d["first_divergence"] is None and d["n_over"] == 0 and d["n_comparisons"] == 18
 assert d["a"]["precision"] == "f64" and d["a"]["compressed"] is True and d["b"]["compressed"] is False
 assert d["a"]["tokens"] == [1, 2, 3] and d["a"]["arch"] == "qwen3moe"
-assert d["tolerance"]["origin"] == "default f64 vs f32" and d["tolerance"]["max_abs"] is None
+assert d["tolerances"]["origin"] == "default f64 vs f32" and d["tolerances"]["max_abs"] is None
 kinds = {e["point"]: e["kind"] for e in d["entries"]}
 assert kinds["logits"] == "logits" and kinds["blk.0.moe_experts"] == "experts"
 assert kinds["blk.0.moe_weights"] == "weights" and kinds["blk.1.ffn_out"] == "tensor"
@@ -148,7 +148,7 @@ contains "$T/err" "unexpected argument"
 expect 2 "$R" compare "$T/f32.gguf" "$T/f32b.gguf" --tol kl=x
 contains "$T/err" "--tol: 'kl=x': not a non-negative number or 'off'"
 expect 2 "$R" compare "$T/f32.gguf" "$T/f32b.gguf" --tol speed=1
-contains "$T/err" "unknown metric 'speed'"
+contains "$T/err" "unknown name 'speed'"
 expect 2 "$R" compare "$T/f32.gguf" "$T/f32b.gguf" --frobnicate
 expect 0 "$R" compare --help
 contains "$T/out" "Usage: ref-forward compare A.gguf B.gguf [OPTIONS]"

@@ -67,7 +67,7 @@ if [ -n "$off" ] && cmp -s -n "$off" "$T/seed1.gguf" "$T/seed7.gguf"; then pass;
 for pair in F16:926b483adf987cbb70be3a9e5ed4c1e5 Q4_K:80b6c42e36e25cfdf974f43470bae349 \
     IQ2_XXS:f1718dac48882fbbb1a86b5a1572273b; do
     expect 0 G model --arch glm-dsa -q --type "${pair%%:*}" "$T/stable-${pair%%:*}.gguf"
-    want "stable data stream, glm-dsa --type ${pair%%:*}" "$T/stable-${pair%%:*}.gguf" "d['model_xxh3_128']" \
+    want "stable data stream, glm-dsa --type ${pair%%:*}" "$T/stable-${pair%%:*}.gguf" "d['model_digest']" \
         "${pair#*:}" --hash
 done
 
@@ -203,8 +203,8 @@ python3 - "$T" >"$T/jsout" <<'PY' && pass || { fail "--json: $(cat "$T/jsout")";
 import json, os, sys
 T = sys.argv[1]
 d = json.load(open(T + "/js.json"))
-assert set(d) == {"architecture", "seed", "sparse", "n_tensors", "nbytes", "files"}, d
-assert d["architecture"] == "qwen3" and d["seed"] == 1 and d["sparse"] is False
+assert set(d) == {"tool", "version", "arch", "seed", "sparse", "n_tensors", "nbytes", "files"}, d
+assert d["arch"] == "qwen3" and d["seed"] == 1 and d["sparse"] is False
 assert d["n_tensors"] == sum(f["n_tensors"] for f in d["files"]) == 25
 for f in d["files"]:
     assert os.path.getsize(f["path"]) == f["size"], f

@@ -35,6 +35,35 @@ contains "$T/fail.html" "<svg"
 contains "$T/fail.html" "first divergence: blk.1.attn_out, rank 2"
 contains "$T/fail.html" "FIRST DIVERGENCE"
 contains "$T/pass.html" "SAME within tolerance"
+# What the report names: the model's digest, the command line, the version; what the
+# first divergent point is and which tensors feed it; never a deleted temporary file.
+DIG=$(python3 -c "import gguf,sys; r=gguf.GGUFReader(sys.argv[1]); f=r.fields['record.model_digest']; print(bytes(f.parts[f.data[0]]).decode())" "$T/ref.gguf")
+contains "$T/fail.html" "digest <code>$DIG</code>"
+contains "$T/fail.html" "<code>ref-forward compare $T/ref.gguf $T/tp4.gguf --html $T/fail.html -q</code>"
+contains "$T/fail.html" "ggufkit $("$R" --version | awk '{print $NF}')"
+contains "$T/fail.html" "First divergence at <b>blk.1.attn_out</b>: the attention output"
+contains "$T/fail.html" "What the capture points are"
+contains "$T/fail.html" "ffn_gate_inp (router)"
+expect 1 "$R" "$T/m.gguf" --tokens 1,2,3 --tp 2 --fault qkv-stream@1 --html "$T/tp.html" -q
+contains "$T/tp.html" "<code>$T/m.gguf</code>, digest <code>$DIG</code>"
+contains "$T/tp.html" "<code>ref-forward $T/m.gguf --tokens 1,2,3 --tp 2 --fault qkv-stream@1 --html $T/tp.html -q</code>"
+contains "$T/tp.html" "<b>qkv-stream@1</b>: "
+contains "$T/tp.html" "(block 1 only)"
+contains "$T/tp.html" "made by this run (a temporary file, deleted after it)"
+if grep -q "ref-forward-" "$T/tp.html"; then fail "tp.html names a temporary file"; else pass; fi
+# The rank column: the worst rank where ranks differ (the fixture's rank 2), "all ranks"
+# where every rank holds the same values (virtual tp: the residual stream after the
+# all-reduce), never "rank 0 (worst)" on rows whose ranks agree.
+python3 - "$T/fail.html" "$T/tp.html" <<'EOF' && pass || fail "rank column of the table"
+import re, sys
+def ranks(path):
+    return dict(re.findall(r'<tr[^>]*><td[^>]*>(blk\.[0-9]+\.[a-z_]+|output_norm|logits)</td>'
+                           r'<td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td>', open(path).read()))
+d = ranks(sys.argv[1])
+assert d["blk.1.attn_out"] == "2 (worst)", d
+t = ranks(sys.argv[2])
+assert len(t) > 10 and set(t.values()) == {"all ranks"}, t
+EOF
 
 shot() {
     # A private profile in $T: nothing touches the user's home.

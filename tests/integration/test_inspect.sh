@@ -10,7 +10,7 @@ contains "$T/err" "expected one MODEL.gguf"
 expect 2 "$I" --no-such-option x.gguf
 contains "$T/err" "unknown option"
 expect 2 "$I" --filter '(' "$C/ok--small-llama.gguf"
-contains "$T/err" "invalid regular expression"
+contains "$T/err" "is not a POSIX extended regular expression"
 expect 0 "$I" --help
 contains "$T/out" "Examples:"
 expect 0 "$I" --version
@@ -53,15 +53,16 @@ if [ -x "$GEN" ]; then
 import json, sys
 d = json.load(open(sys.argv[1]))
 parts = int(sys.argv[2])
-assert {"version", "alignment", "metadata", "tensors"} <= d.keys()
+assert {"tool", "version", "gguf_version", "alignment", "metadata", "tensors"} <= d.keys()
+assert d["tool"] == "gguf-inspect" and d["gguf_version"] == 3
 assert len(d["files"]) == parts
 assert all({"name", "type", "shape", "offset", "nbytes", "file", "xxh3_128"} <= t.keys()
            for t in d["tensors"])
 assert "split.count" in d["metadata"]
-assert len(d["model_xxh3_128"]) == 32
+assert len(d["model_digest"]) == 32
 PY
     # Text --hash prints the same model digest.
-    model=$(python3 -c "import json;print(json.load(open('$T/out'))['model_xxh3_128'])")
+    model=$(python3 -c "import json;print(json.load(open('$T/out'))['model_digest'])")
     expect 0 "$I" --hash "$mid"
     contains "$T/out" "model xxh3-128: $model"
     contains "$T/out" "split layout:"

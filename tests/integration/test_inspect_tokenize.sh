@@ -39,7 +39,7 @@ python3 - "$T/out" <<'PY' && pass || fail "--tokenize --json contract"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["ids"] == [511, 299, 303, 261, 309], d["ids"]
-assert d["n_tokens"] == 5 and d["model"] == "gpt2" and d["pre"] == "gpt-2"
+assert d["n_tokens"] == 5 and d["tokenizer"] == "gpt2" and d["pre"] == "gpt-2"
 assert d["add_bos"] is True and d["add_eos"] is False and d["parse_special"] is True
 assert [t["id"] for t in d["tokens"]] == d["ids"]
 assert d["tokens"][2] == {"id": 303, "piece": " upon", "hex": "2075706f6e", "type": "normal"}

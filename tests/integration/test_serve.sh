@@ -327,8 +327,10 @@ stop TERM
 # ---- bad usage and environment ----
 expect 2 "$R" serve
 contains "$T/err" "expected a MODEL.gguf"
-expect 2 "$R" serve --inject qkv-stream "$T/llama.gguf"
-contains "$T/err" "--inject needs --tp"
+expect 2 "$R" serve --fault qkv-stream "$T/llama.gguf"
+contains "$T/err" "--fault needs --tp"
+expect 2 "$R" serve --inject qkv-stream "$T/llama.gguf" # the old spelling, an alias
+contains "$T/err" "--fault needs --tp"
 expect 2 "$R" serve --tp 2 --inject no-such-fault "$T/llama.gguf"
 contains "$T/err" "unknown fault"
 expect 2 "$R" serve --host not-an-address "$T/llama.gguf"

@@ -44,7 +44,7 @@ def compare_with_gguf_py(path):
     ours = inspect_json(path)
     r = gguf.GGUFReader(path)
     theirs = {k: v for k, v in r.fields.items() if k not in SKIP_FIELDS}
-    assert ours["version"] == int(r.fields["GGUF.version"].parts[0][0])
+    assert ours["gguf_version"] == int(r.fields["GGUF.version"].parts[0][0])
     assert list(ours["metadata"].keys()) == list(theirs.keys())
     for k, field in theirs.items():
         v = py_value(field)

@@ -134,7 +134,7 @@ def test_gguf_py_record_is_compared(records, tmp_path):
                           "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr  # bf16 tolerances: 2e-3 is fine
     d = json.loads(out.stdout)
-    assert d["tolerance"]["origin"] == "default f32 vs bf16"
+    assert d["tolerances"]["origin"] == "default f32 vs bf16"
     assert d["ranks"] == 2 and d["b"]["backend"] == "engine"
     logits = [e for e in d["entries"] if e["point"] == "logits"]
     assert [e["rank"] for e in logits] == [0, 1]

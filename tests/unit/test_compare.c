@@ -183,7 +183,10 @@ START_TEST(tolerances)
     NEAR(t.max_abs, 2, 0);
     NEAR(t.rel_l2, 1e-3, 0);
     ck_assert_int_eq(gguf_tol_parse(&t, "foo=1", &err), GGUF_E_INVALID);
-    ck_assert(strstr(err.message, "unknown metric 'foo'") != NULL);
+    ck_assert(strstr(err.message, "unknown name 'foo'") != NULL);
+    /* check-engine's names are refused with what they mean */
+    ck_assert_int_eq(gguf_tol_parse(&t, "dlogprob=0.1", &err), GGUF_E_INVALID);
+    ck_assert(strstr(err.message, "'dlogprob' bounds an engine's logprobs (check-engine)") != NULL);
     ck_assert_int_eq(gguf_tol_parse(&t, "rel_l2=-1", &err), GGUF_E_INVALID);
     ck_assert_int_eq(gguf_tol_parse(&t, "cosine=2", &err), GGUF_E_INVALID);
     ck_assert_int_eq(gguf_tol_parse(&t, "rel_l2=abc", &err), GGUF_E_INVALID);

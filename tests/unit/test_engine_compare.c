@@ -327,6 +327,15 @@ START_TEST(tolerances)
     NEAR(t.dlogprob, 2.5, 0);
     ck_assert_int_eq(gguf_engine_tol_parse(&t, "dlogprob=x", &err), GGUF_E_INVALID);
     ck_assert(strstr(err.message, "dlogprob") != NULL);
+    /* one grammar with ref-forward compare's --tol: a bare number sets the main bound */
+    ck_assert_int_eq(gguf_engine_tol_parse(&t, "bf16,0.2", &err), 0);
+    NEAR(t.dlogprob, 0.2, 0);
+    NEAR(t.kl, 0.05, 0);
+    ck_assert_int_eq(gguf_engine_tol_parse(&t, "-1", &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_engine_tol_parse(&t, "nan", &err), GGUF_E_INVALID);
+    /* compare's names are refused with what they mean */
+    ck_assert_int_eq(gguf_engine_tol_parse(&t, "rel_l2=1e-3", &err), GGUF_E_INVALID);
+    ck_assert(strstr(err.message, "'rel_l2' bounds hidden states (ref-forward compare)") != NULL);
     ck_assert_int_eq(gguf_engine_tol_parse(&t, "top1=1.5", &err), GGUF_E_INVALID);
     ck_assert_int_eq(gguf_engine_tol_parse(&t, "kl=-1", &err), GGUF_E_INVALID);
     ck_assert_int_eq(gguf_engine_tol_parse(&t, "speed=3", &err), GGUF_E_INVALID);

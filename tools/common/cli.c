@@ -31,11 +31,27 @@ static bool tool_overrides(const cli_spec *spec, int id)
     return false;
 }
 
+/* An entry without help is an alias (an old spelling) of the first entry with the same id:
+ * --help lists it on that entry's line, not on its own. */
+static void print_aliases(const cli_opt *first, FILE *out)
+{
+    bool any = false;
+    for (const cli_opt *a = first + 1; a->name; a++)
+        if (a->id == first->id && !a->help) {
+            fprintf(out, "%s--%s", any ? ", " : " (also ", a->name);
+            any = true;
+        }
+    if (any)
+        fputc(')', out);
+}
+
 static void print_opts(const cli_spec *spec, const cli_opt *o, bool common, FILE *out)
 {
     for (; o && o->name; o++) {
         if (common && tool_overrides(spec, o->id))
             continue;
+        if (!o->help)
+            continue; /* an alias: printed with its option */
         char left[64];
         if (o->id > 0 && o->id < 256)
             snprintf(left, sizeof left, "-%c, --%s%s%s", o->id, o->name, o->arg ? " " : "",
@@ -48,7 +64,9 @@ static void print_opts(const cli_spec *spec, const cli_opt *o, bool common, FILE
         else
             snprintf(left, sizeof left, "    --%s%s%s", o->name, o->arg ? " " : "",
                      o->arg ? o->arg : "");
-        fprintf(out, "  %-30s %s\n", left, o->help);
+        fprintf(out, "  %-30s %s", left, o->help);
+        print_aliases(o, out);
+        fputc('\n', out);
     }
 }
 
@@ -437,3 +455,67 @@ bad:
     return -1;
 }
 
+
+/* ---- --filter ---- */
+
+int cli_filter_set(cli_filter *f, const char *tool, const char *pattern)
+{
+    cli_filter_free(f);
+    const int rc = regcomp(&f->re, pattern, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char why[256];
+        regerror(rc, &f->re, why, sizeof why);
+        regfree(&f->re);
+        cli_errorf(tool, "--filter: '%s' is not a POSIX extended regular expression: %s",
+                   pattern, why);
+        return -1;
+    }
+    f->set = true;
+    f->pattern = pattern;
+    f->n_matched = 0;
+    return 0;
+}
+
+bool cli_filter_match(cli_filter *f, const char *name)
+{
+    if (!f->set)
+        return true;
+    if (regexec(&f->re, name, 0, NULL, 0) != 0)
+        return false;
+    f->n_matched++;
+    return true;
+}
+
+bool cli_filter_test(const cli_filter *f, const char *name)
+{
+    return !f->set || regexec(&f->re, name, 0, NULL, 0) == 0;
+}
+
+void cli_filter_warn_empty(const cli_filter *f, const char *tool, long long n_names)
+{
+    if (!f->set || f->n_matched > 0)
+        return;
+    fprintf(stderr, "%s: warning: --filter '", tool);
+    put_clean(f->pattern);
+    fprintf(stderr, "' matches none of the %lld names (a POSIX extended regular expression, "
+                    "searched anywhere in the name: 'blk\\.0\\.', 'attn_(q|k)\\.', not a glob)\n",
+            n_names);
+}
+
+void cli_filter_free(cli_filter *f)
+{
+    if (f && f->set)
+        regfree(&f->re);
+    if (f) {
+        f->set = false;
+        f->n_matched = 0;
+    }
+}
+
+void cli_json_begin(FILE *out, const char *tool)
+{
+    fputs("{\"tool\": ", out);
+    cli_json_str(out, tool, SIZE_MAX);
+    fputs(", \"version\": ", out);
+    cli_json_str(out, GGUFKIT_VERSION, SIZE_MAX);
+}

@@ -5,6 +5,7 @@
 #ifndef GGUFKIT_CLI_H
 #define GGUFKIT_CLI_H
 
+#include <regex.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,13 @@
 #include "gguf/version.h"
 
 #define GGUFKIT_VERSION GGUF_VERSION_STRING
+
+/*
+ * Every JSON object a tool prints at top level starts with these two keys:
+ *   "tool": the command ("shard-plan", "ref-forward compare"), "version": ggufkit's version.
+ * cli_json_begin writes '{' and both keys (without a trailing comma).
+ */
+void cli_json_begin(FILE *out, const char *tool);
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_DIFF = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_ENV = 3 };
 
@@ -80,6 +88,29 @@ void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
 void cli_progress_update(cli_progress *p, uint64_t done);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
+
+/*
+ * --filter, one meaning in every tool: a POSIX extended regular expression searched anywhere
+ * in a name (unanchored: 'blk.0.' is a substring match, 'attn_(q|k)\\.' an alternative,
+ * '^output' anchors). CLI_FILTER_HELP is the --help text of the option.
+ */
+#define CLI_FILTER_HELP "only names matching REGEX (POSIX extended, searched anywhere in the name)"
+typedef struct cli_filter {
+    bool set;
+    regex_t re;
+    const char *pattern;
+    long long n_matched; /* names cli_filter_match accepted */
+} cli_filter;
+/* Compile pattern; an invalid one prints "TOOL: error: --filter: ..." and returns -1. */
+int cli_filter_set(cli_filter *f, const char *tool, const char *pattern);
+/* true when no filter is set or name matches; counts the matches. */
+bool cli_filter_match(cli_filter *f, const char *name);
+/* The same without counting. */
+bool cli_filter_test(const cli_filter *f, const char *name);
+/* A filter that matched none of n_names names: a warning on stderr, so that a pattern
+ * meant as a glob or a typo does not pass for an empty result. */
+void cli_filter_warn_empty(const cli_filter *f, const char *tool, long long n_names);
+void cli_filter_free(cli_filter *f);
 
 /* JSON helpers: a quoted, escaped string (n bytes, or strlen when n == SIZE_MAX);
  * bytes that are not UTF-8 become U+FFFD. */

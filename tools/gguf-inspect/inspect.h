@@ -2,17 +2,16 @@
 #ifndef GGUF_INSPECT_H
 #define GGUF_INSPECT_H
 
-#include <regex.h>
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "gguf/file.h"
 #include "gguf/hash.h"
 
 typedef struct inspect_opts {
     bool json, metadata_only, tensors_only, hash;
-    bool have_filter;
-    regex_t filter;
+    cli_filter filter; /* --filter (cli.h: one meaning in every tool) */
     int threads;
 } inspect_opts;
 

@@ -89,7 +89,8 @@ void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
 {
     const gguf_file *meta = gguf_set_meta(s);
     uint32_t parts = gguf_set_part_count(s);
-    fprintf(out, "{\"version\":%u,\"alignment\":%u,\"data_offset\":%llu",
+    cli_json_begin(out, "gguf-inspect");
+    fprintf(out, ",\"gguf_version\":%u,\"alignment\":%u,\"data_offset\":%llu",
             gguf_file_version(meta), gguf_file_alignment(meta),
             (unsigned long long)gguf_file_data_offset(meta));
     fputs(",\"files\":[", out);
@@ -177,6 +178,6 @@ void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
         fputc('}', out);
     }
     if (d->tensors)
-        json_digest(out, "model_xxh3_128", &d->model);
+        json_digest(out, "model_digest", &d->model);
     fputs("}\n", out);
 }

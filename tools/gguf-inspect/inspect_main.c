@@ -24,7 +24,8 @@ enum {
 
 static const cli_opt options[] = {
     {OPT_JSON, "json", 0, NULL, "machine-readable output (schema: docs/gguf-inspect.md)"},
-    {OPT_FILTER, "filter", 1, "REGEX", "only tensors and metadata keys matching REGEX (POSIX ERE)"},
+    {OPT_FILTER, "filter", 1, "REGEX", "only tensors and metadata keys whose name matches REGEX "
+     "(POSIX extended, searched anywhere in the name)"},
     {OPT_META, "metadata-only", 0, NULL, "only the header and metadata"},
     {OPT_TENSORS, "tensors-only", 0, NULL, "only the tensor table"},
     {OPT_HASH, "hash", 0, NULL, "XXH3-128 of each tensor, of each part and of the whole model"},
@@ -61,7 +62,7 @@ static const cli_spec spec = {
 
 bool inspect_match(const inspect_opts *o, const char *name)
 {
-    return !o->have_filter || regexec(&o->filter, name, 0, NULL, 0) == 0;
+    return cli_filter_test(&o->filter, name);
 }
 
 int main(int argc, char **argv)
@@ -94,13 +95,8 @@ int main(int argc, char **argv)
             break;
         }
         case OPT_FILTER:
-            if (o.have_filter)
-                regfree(&o.filter);
-            if (regcomp(&o.filter, arg, REG_EXTENDED | REG_NOSUB) != 0) {
-                cli_errorf(spec.tool, "--filter: invalid regular expression '%s'", arg);
+            if (cli_filter_set(&o.filter, spec.tool, arg))
                 return CLI_EXIT_USAGE;
-            }
-            o.have_filter = true;
             break;
         }
     }
@@ -117,7 +113,7 @@ int main(int argc, char **argv)
         cli_errorf(spec.tool, "--tokenize and --detokenize exclude each other");
         return CLI_EXIT_USAGE;
     }
-    if (tok && (o.metadata_only || o.tensors_only || o.hash || o.have_filter)) {
+    if (tok && (o.metadata_only || o.tensors_only || o.hash || o.filter.set)) {
         cli_errorf(spec.tool, "--%s does not combine with --metadata-only, --tensors-only, "
                               "--hash or --filter",
                    to.tokenize ? "tokenize" : "detokenize");
@@ -168,6 +164,19 @@ int main(int argc, char **argv)
         inspect_print_json(stdout, s, &o, &d);
     else
         inspect_print_text(stdout, s, &o, &d);
+    if (o.filter.set) {
+        /* the names the filter looked at: keys, tensors or both */
+        const gguf_file *meta = gguf_set_meta(s);
+        long long n_names = 0;
+        if (!o.tensors_only)
+            for (int64_t i = 0; i < gguf_file_kv_count(meta); i++, n_names++)
+                cli_filter_match(&o.filter, gguf_file_kv_at(meta, i)->key);
+        if (!o.metadata_only)
+            for (int64_t i = 0; i < gguf_set_tensor_count(s); i++, n_names++)
+                cli_filter_match(&o.filter, gguf_set_tensor_at(s, i)->name);
+        fflush(stdout);
+        cli_filter_warn_empty(&o.filter, spec.tool, n_names);
+    }
 flush:
     if (fflush(stdout) != 0 || ferror(stdout)) {
         cli_errorf(spec.tool, "cannot write the output");
@@ -177,7 +186,6 @@ done:
     free(d.tensors);
     free(d.files);
     gguf_set_close(s);
-    if (o.have_filter)
-        regfree(&o.filter);
+    cli_filter_free(&o.filter);
     return ret;
 }

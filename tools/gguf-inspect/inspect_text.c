@@ -153,7 +153,7 @@ void inspect_print_text(FILE *out, const gguf_set *s, const inspect_opts *o,
         total_bytes += t->nbytes;
         total_elems += (uint64_t)t->n_elements;
     }
-    if (o->have_filter)
+    if (o->filter.set)
         fprintf(out, "  (%lld of %lld tensors match the filter)\n", (long long)shown, (long long)n);
     fprintf(out, "\ntotals by type:\n");
     for (int t = 0; t < GGUF_TYPE_COUNT; t++) {

@@ -126,9 +126,10 @@ static void print_hex(FILE *out, const char *s, size_t n)
 
 static void json_head(FILE *out, const char *path, const gguf_tokenizer *tk)
 {
-    fputs("{\"file\":", out);
-    cli_json_str(out, path, SIZE_MAX);
+    cli_json_begin(out, "gguf-inspect");
     fputs(",\"model\":", out);
+    cli_json_str(out, path, SIZE_MAX);
+    fputs(",\"tokenizer\":", out);
     cli_json_str(out, gguf_tokenizer_model(tk), SIZE_MAX);
     fputs(",\"pre\":", out);
     cli_json_str(out, gguf_tokenizer_pre(tk), SIZE_MAX);

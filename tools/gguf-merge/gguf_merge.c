@@ -125,7 +125,8 @@ static void print_plan_text(const gguf_set *in, const gguf_split_plan *p, const 
 static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_split_report *r,
                        bool dry_run)
 {
-    printf("{\"operation\": \"%s\", \"dry_run\": %s, \"inputs\": [",
+    cli_json_begin(stdout, "gguf-merge");
+    printf(", \"operation\": \"%s\", \"dry_run\": %s, \"inputs\": [",
            p->kind == GGUF_PLAN_MERGE ? "merge" : "split", dry_run ? "true" : "false");
     for (uint32_t i = 0; i < gguf_set_part_count(in); i++) {
         printf("%s", i ? ", " : "");
@@ -167,7 +168,7 @@ static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_
         printf(", \"verified\": %s, \"deleted_inputs\": %u", r->verified ? "true" : "false",
                r->n_deleted);
         if (r->have_digests)
-            printf(", \"model_xxh3_128\": \"%s\"", gguf_digest_hex(&r->model_digest, hex));
+            printf(", \"model_digest\": \"%s\"", gguf_digest_hex(&r->model_digest, hex));
     }
     printf("}\n");
 }

@@ -285,8 +285,8 @@ static void json_num_key(FILE *out, const char *k, double v, bool *f)
 static void print_json(FILE *out, const gguf_record *a, const gguf_record *b,
                        const gguf_cmp_result *res, bool embed)
 {
-    bool f = true;
-    fputc('{', out);
+    bool f = false;
+    cli_json_begin(out, REF_FORWARD_TOOL " compare");
     json_key(out, "schema", &f);
     fputs("\"ggufkit.compare/1\"", out);
     json_key(out, "ok", &f);
@@ -295,7 +295,7 @@ static void print_json(FILE *out, const gguf_record *a, const gguf_record *b,
     json_record(out, a);
     json_key(out, "b", &f);
     json_record(out, b);
-    json_key(out, "tolerance", &f);
+    json_key(out, "tolerances", &f);
     {
         bool g = true;
         fputc('{', out);
@@ -453,7 +453,7 @@ int refwd_compare_files(const char *ref_path, const char *test_path,
     ret = rc == GGUF_E_MISMATCH ? CLI_EXIT_DIFF : CLI_EXIT_OK;
     if (args->html) {
         gguf_error herr;
-        int hrc = refwd_compare_write_html(args->html, a, b, res, &herr);
+        int hrc = refwd_compare_write_html(args->html, a, b, res, args, &herr);
         if (hrc) {
             cli_error(tool, &herr);
             ret = cli_exit_code(hrc);
@@ -466,11 +466,49 @@ done:
     return ret;
 }
 
+char *refwd_command_line(int argc, char **argv)
+{
+    size_t n = 64;
+    for (int i = 0; i < argc; i++)
+        n += 4 * strlen(argv[i]) + 3;
+    char *s = malloc(n), *p = s;
+    if (!s)
+        return NULL;
+    p += sprintf(p, "%s", REF_FORWARD_TOOL);
+    const char *base = argc > 0 ? strrchr(argv[0], '/') : NULL;
+    base = base ? base + 1 : argc > 0 ? argv[0] : "";
+    for (int i = strcmp(base, REF_FORWARD_TOOL) ? 0 : 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool plain = *a != 0;
+        for (const char *c = a; *c && plain; c++)
+            plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                           "-_./=:,@+%", *c) != NULL;
+        *p++ = ' ';
+        if (plain) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = a; *c; c++) {
+            if (*c == '\'') {
+                memcpy(p, "'\\''", 4);
+                p += 4;
+            } else {
+                *p++ = *c;
+            }
+        }
+        *p++ = '\'';
+        *p = 0;
+    }
+    return s;
+}
+
 int refwd_compare_main(int argc, char **argv)
 {
     refwd_compare_args args = {0};
+    char *command = refwd_command_line(argc, argv); /* before getopt permutes argv */
     const char *arg, *pos[2] = {NULL, NULL};
-    int optind_out = 1, id, n_pos = 0;
+    int optind_out = 1, id, n_pos = 0, ret = CLI_EXIT_USAGE;
     for (;;) {
         id = cli_next(&compare_spec, argc, argv, &arg, &optind_out);
         if (id == -1) {
@@ -480,7 +518,7 @@ int refwd_compare_main(int argc, char **argv)
             if (n_pos == 2) {
                 cli_errorf(compare_spec.tool, "unexpected argument '%s': expected two records, "
                            "A (reference) and B", argv[optind_out]);
-                return CLI_EXIT_USAGE;
+                goto done;
             }
             pos[n_pos++] = argv[optind_out];
             optind = optind_out + 1;
@@ -494,13 +532,17 @@ int refwd_compare_main(int argc, char **argv)
         case OPT_ANY_MODEL: args.flags |= GGUF_CMP_ANY_MODEL; break;
         case OPT_ANY_TOKENS: args.flags |= GGUF_CMP_ANY_TOKENS; break;
         case OPT_COMMON: args.flags |= GGUF_CMP_COMMON; break;
-        default: return CLI_EXIT_USAGE;
+        default: goto done;
         }
     }
     if (n_pos != 2) {
         cli_errorf(compare_spec.tool, "expected two records, A (reference) and B, got %d", n_pos);
         fprintf(stderr, "Try '%s --help'.\n", compare_spec.tool);
-        return CLI_EXIT_USAGE;
+        goto done;
     }
-    return refwd_compare_files(pos[0], pos[1], &args, stdout);
+    args.command = command;
+    ret = refwd_compare_files(pos[0], pos[1], &args, stdout);
+done:
+    free(command);
+    return ret;
 }

@@ -23,7 +23,15 @@ typedef struct refwd_compare_args {
     bool json_embed;      /* no newline after the object, to nest it in another */
     bool all;             /* the table lists every rank, not the worst per point */
     uint32_t flags;       /* GGUF_CMP_ANY_MODEL, GGUF_CMP_ANY_TOKENS */
+    /* What the HTML report names besides the records (each may be NULL/false): */
+    const char *model;    /* the model the records were made from */
+    const char *command;  /* the command line (refwd_command_line) */
+    bool tmp_a, tmp_b;    /* that record is a temporary file of this run, deleted after it */
 } refwd_compare_args;
+
+/* The command line as a shell would take it back: "ref-forward compare a.gguf 'b c.gguf'"
+ * (malloc'd; NULL when out of memory). argv[0] is the tool or the subcommand's name. */
+char *refwd_command_line(int argc, char **argv);
 
 /*
  * Compare test_path against ref_path (A = reference) and write the table or
@@ -40,6 +48,7 @@ int refwd_compare_main(int argc, char **argv);
 /* compare_html.c: the self-contained HTML page with the SVG error plot.
  * @return 0 or a gguf_status (I/O), err filled. */
 int refwd_compare_write_html(const char *path, const gguf_record *a, const gguf_record *b,
-                             const gguf_cmp_result *res, gguf_error *err);
+                             const gguf_cmp_result *res, const refwd_compare_args *args,
+                             gguf_error *err);
 
 #endif

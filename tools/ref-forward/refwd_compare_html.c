@@ -4,12 +4,16 @@
  * and, when it does not, where it first went wrong:
  *
  *   +--------------------------------------------------------------+
- *   | FAIL / PASS banner with the first divergence                 |
+ *   | FAIL / PASS banner with the first divergence, what that      |
+ *   |   capture point is and which tensors feed it                 |
+ *   | the run: model (path, digest), command line, version, fault  |
  *   | records A and B, tolerances                                  |
  *   | plot: error (log scale) by capture point in forward order,   |
  *   |       one line per rank, tolerance dashed, first divergence  |
  *   |       ringed and labelled, points over tolerance in red      |
- *   | table: every capture point (worst rank), over cells in red   |
+ *   | table: every capture point (worst rank, or "all ranks" when  |
+ *   |   they agree exactly), over cells in red                     |
+ *   | what each capture point means, the tensors that feed it      |
  *   +--------------------------------------------------------------+
  */
 #include <errno.h>
@@ -22,9 +26,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "refwd_compare.h"
 #include "gguf/output.h"
 #include "gguf/record.h"
+#include "gguf/shard.h"
 
 /* Rank colours (no red: red means "over tolerance"). */
 static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
@@ -71,11 +77,48 @@ static double py(const plot *p, double v)
     return p->y0 + p->h - (l - p->lo) / (double)(p->hi - p->lo) * p->h;
 }
 
-static void meta_row(FILE *f, const char *tag, const gguf_record *r)
+/* What each capture point is and the model tensors (GGUF names, blk.N.) that feed it, in
+ * forward order (gguf/forward.h). A divergence at a point and not before it puts the fault
+ * in these tensors, or in how the engine slices or combines them. */
+static const struct {
+    const char *op, *what, *tensors;
+} points[] = {
+    {"attn_norm", "attention input after its RMSNorm", "attn_norm (and the residual stream in)"},
+    {"attn_out", "attention output after the out projection (before the residual add)",
+     "attn_q or attn_q_a/attn_q_a_norm/attn_q_b, attn_k, attn_v or MLA's attn_kv_a_mqa/"
+     "attn_kv_a_norm/attn_kv_b (attn_k_b, attn_v_b), q/k norms, attn_output; rope; the KV "
+     "cache"},
+    {"attn_residual", "residual stream after attention", "attn_out + the residual stream in"},
+    {"ffn_norm", "FFN input after its RMSNorm", "ffn_norm"},
+    {"moe_experts", "the experts the router chose per token (MoE blocks)",
+     "ffn_gate_inp (router), exp_probs_b (selection bias)"},
+    {"moe_weights", "the chosen experts' weights, normalised and scaled",
+     "ffn_gate_inp, exp_probs_b; the routed scaling factor"},
+    {"ffn_out", "FFN or MoE output, shared experts added (before the residual add)",
+     "ffn_gate, ffn_up, ffn_down; MoE: ffn_gate_exps, ffn_up_exps, ffn_down_exps, "
+     "ffn_*_shexp"},
+    {"residual", "residual stream after the block", "attn_residual + ffn_out"},
+    {"output_norm", "final RMSNorm output", "output_norm"},
+    {"logits", "output projection (one score per vocabulary entry)",
+     "output (token_embd when tied)"},
+};
+
+static int point_index(const char *op)
+{
+    for (size_t k = 0; op && k < sizeof points / sizeof points[0]; k++)
+        if (!strcmp(points[k].op, op))
+            return (int)k;
+    return -1;
+}
+
+static void meta_row(FILE *f, const char *tag, const gguf_record *r, bool tmp)
 {
     const gguf_record_meta *m = gguf_record_get_meta(r);
     fprintf(f, "<tr><th>%s</th><td>", tag);
-    esc(f, gguf_record_path(r));
+    if (tmp)
+        fputs("<i>made by this run (a temporary file, deleted after it)</i>", f);
+    else
+        esc(f, gguf_record_path(r));
     fprintf(f, "%s</td><td>", gguf_record_compressed(r) ? " (zstd)" : "");
     esc(f, m->backend);
     fputs("</td><td>", f);
@@ -294,14 +337,33 @@ static void write_table(FILE *f, const gguf_cmp_result *res)
             }
         }
         const gguf_cmp_entry *e = &res->entries[k];
-        fprintf(f, "<tr%s><td>", k == res->first ? " class=\"first\"" : "");
+        fprintf(f, "<tr%s><td", k == res->first ? " class=\"first\"" : "");
+        const int pi = point_index(e->op);
+        if (pi >= 0) {
+            fputs(" title=\"", f);
+            esc(f, points[pi].what);
+            fputs("\"", f);
+        }
+        fputc('>', f);
         esc(f, e->point);
         if (e->layer >= 0)
             fprintf(f, "</td><td>%d</td><td>", e->layer);
         else
             fputs("</td><td>-</td><td>", f);
         esc(f, e->op);
-        fprintf(f, "</td><td>%u%s</td>", e->rank, j - i > 1 ? " (worst)" : "");
+        /* ranks that hold the same values (a residual stream after the all-reduce) have
+         * no worst one */
+        bool same = j - i > 1;
+        for (int64_t m = i + 1; same && m < j; m++) {
+            const gguf_cmp_entry *x = &res->entries[m], *y = &res->entries[i];
+            same = x->over == y->over && x->rel_l2 == y->rel_l2 && x->max_abs == y->max_abs &&
+                   x->cosine == y->cosine && x->kl == y->kl && x->top1 == y->top1 &&
+                   x->top5 == y->top5 && x->experts == y->experts;
+        }
+        if (same)
+            fputs("</td><td>all ranks</td>", f);
+        else
+            fprintf(f, "</td><td>%u%s</td>", e->rank, j - i > 1 ? " (worst)" : "");
         if (e->kind == GGUF_CMP_KIND_EXPERTS) {
             fputs("<td>-</td><td>-</td><td>-</td>", f);
         } else {
@@ -333,14 +395,98 @@ static void bound(FILE *f, const char *name, const char *op, double v)
         fprintf(f, "<span class=\"tolv\">%s %s %.12g</span> ", name, op, v);
 }
 
+/* The run: which model, how it was made, by which version, with which fault. */
+static void write_run(FILE *f, const gguf_record *a, const gguf_record *b,
+                      const refwd_compare_args *args)
+{
+    const gguf_record_meta *ma = gguf_record_get_meta(a), *mb = gguf_record_get_meta(b);
+    fputs("<table class=\"run\">\n<tr><th>model</th><td>", f);
+    if (args->model && *args->model) {
+        fputs("<code>", f);
+        esc(f, args->model);
+        fputs("</code>, ", f);
+    }
+    fputs("digest <code>", f);
+    esc(f, *ma->model_digest ? ma->model_digest : "(not recorded)");
+    fputs("</code>", f);
+    if (strcmp(ma->model_digest, mb->model_digest) != 0) {
+        fputs(" (A); B: <code>", f);
+        esc(f, *mb->model_digest ? mb->model_digest : "(not recorded)");
+        fputs("</code>", f);
+    }
+    fputs(" <span class=\"note\">(XXH3-128 of the tensors: <code>gguf-inspect --hash</code>"
+          ")</span></td></tr>\n", f);
+    if (args->command) {
+        fputs("<tr><th>command</th><td><code>", f);
+        esc(f, args->command);
+        fputs("</code></td></tr>\n", f);
+    }
+    fputs("<tr><th>version</th><td>ggufkit " GGUFKIT_VERSION, f);
+    const char *va = ma->ggufkit_version ? ma->ggufkit_version : "";
+    const char *vb = mb->ggufkit_version ? mb->ggufkit_version : "";
+    if (*va && *vb && (strcmp(va, GGUFKIT_VERSION) || strcmp(vb, GGUFKIT_VERSION))) {
+        fputs(" (records written by ", f);
+        esc(f, va);
+        fputs(" and ", f);
+        esc(f, vb);
+        fputc(')', f);
+    }
+    fputs("</td></tr>\n<tr><th>fault injected</th><td>", f);
+    const char *fault = *mb->fault ? mb->fault : ma->fault;
+    if (!*fault) {
+        fputs("none", f);
+    } else {
+        gguf_fault ft;
+        int64_t layer;
+        fputs("<b>", f);
+        esc(f, fault);
+        fputs("</b>", f);
+        if (gguf_fault_parse(fault, &ft, &layer, NULL) == 0) {
+            fputs(": ", f);
+            esc(f, gguf_fault_summary(ft));
+            if (layer >= 0)
+                fprintf(f, " (block %lld only)", (long long)layer);
+        }
+        fputs(" <span class=\"note\">(on purpose: the record of ", f);
+        fputs(*mb->fault ? "B" : "A", f);
+        fputs(" comes from a plan broken by this fault; docs/faults.md)</span>", f);
+    }
+    fputs("</td></tr>\n</table>\n", f);
+}
+
+/* What each capture point is and which tensors feed it. */
+static void write_points(FILE *f)
+{
+    fputs("<h2 style=\"font-size:16px\">What the capture points are</h2>\n<p class=\"note\">"
+          "Points run in this order in every block N (names <code>blk.N.POINT</code>); a point "
+          "that diverges while the one before it agrees puts the cause in the tensors feeding it, "
+          "or in how they were sliced and combined across ranks. Tensor names are the GGUF's "
+          "(<code>blk.N.NAME.weight</code>).</p>\n<table><tr><th>point</th><th>what it holds"
+          "</th><th>fed by</th></tr>\n", f);
+    for (size_t k = 0; k < sizeof points / sizeof points[0]; k++) {
+        fputs("<tr><td><code>", f);
+        esc(f, points[k].op);
+        fputs("</code></td><td>", f);
+        esc(f, points[k].what);
+        fputs("</td><td>", f);
+        esc(f, points[k].tensors);
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
 static void write_page(FILE *f, const gguf_record *a, const gguf_record *b,
-                       const gguf_cmp_result *res)
+                       const gguf_cmp_result *res, const refwd_compare_args *args)
 {
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
           "<title>ggufkit compare: ", f);
-    esc(f, gguf_record_path(b));
-    fputs(" vs ", f);
-    esc(f, gguf_record_path(a));
+    if ((args->tmp_a || args->tmp_b) && args->model) {
+        esc(f, args->model); /* the records' names mean nothing after the run */
+    } else {
+        esc(f, gguf_record_path(b));
+        fputs(" vs ", f);
+        esc(f, gguf_record_path(a));
+    }
     fputs("</title>\n<style>\n"
           "body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px;"
           "color:#222;background:#fafafa}\n"
@@ -356,6 +502,8 @@ static void write_page(FILE *f, const gguf_record *a, const gguf_record *b,
           ".first{font-size:13px;font-weight:bold;fill:#000}\n"
           ".tolv{display:inline-block;margin-right:10px;font-family:monospace}\n"
           "svg{background:#fff;border:1px solid #ddd;border-radius:4px}\n"
+          ".note{font-size:12px;color:#666}\n"
+          "table.run th{width:110px}\n"
           "</style></head><body>\n<h1>ggufkit compare</h1>\n", f);
     if (res->first >= 0) {
         const gguf_cmp_entry *e = &res->entries[res->first];
@@ -381,8 +529,8 @@ static void write_page(FILE *f, const gguf_record *a, const gguf_record *b,
     fputs("<table><tr><th></th><th>record</th><th>backend</th><th>precision</th><th>tp</th>"
           "<th>ep</th><th>ranks</th><th>tokens</th><th>arch</th><th>model digest</th>"
           "<th>fault</th></tr>\n", f);
-    meta_row(f, "A (reference)", a);
-    meta_row(f, "B", b);
+    meta_row(f, "A (reference)", a, args->tmp_a);
+    meta_row(f, "B", b, args->tmp_b);
     fputs("</table>\n<p>Tolerance (", f);
     esc(f, res->tol_origin);
     fputs("): ", f);
@@ -395,15 +543,37 @@ static void write_page(FILE *f, const gguf_record *a, const gguf_record *b,
     bound(f, "experts", "&ge;", res->tol.experts);
     fputs("</p>\n", f);
     write_plot(f, res);
+    /* under the plot (the banner and the plot fit one screen): the first divergence in
+     * words, then the run that made the records */
+    if (res->first >= 0) {
+        const gguf_cmp_entry *e = &res->entries[res->first];
+        const int pi = point_index(e->op);
+        if (pi >= 0) {
+            fputs("<p>First divergence at <b>", f);
+            esc(f, e->point);
+            fputs("</b>: the ", f);
+            esc(f, points[pi].what);
+            fputs(". Fed by ", f);
+            esc(f, points[pi].tensors);
+            fputs(" (the points before it agree: look there first).</p>\n", f);
+        }
+    }
+    fputs("<h2 style=\"font-size:16px\">The run</h2>\n", f);
+    write_run(f, a, b, args);
     fputs("<h2 style=\"font-size:16px\">Capture points</h2>\n", f);
     write_table(f, res);
-    fputs("<p style=\"font-size:12px;color:#666\">Written by ggufkit ref-forward compare. "
-          "Metrics and schema: docs/records.md.</p>\n</body></html>\n", f);
+    write_points(f);
+    fputs("<p style=\"font-size:12px;color:#666\">Written by ggufkit " GGUFKIT_VERSION
+          " ref-forward compare. Metrics and schema: docs/records.md.</p>\n</body></html>\n", f);
 }
 
 int refwd_compare_write_html(const char *path, const gguf_record *a, const gguf_record *b,
-                             const gguf_cmp_result *res, gguf_error *err)
+                             const gguf_cmp_result *res, const refwd_compare_args *args,
+                             gguf_error *err)
 {
+    static const refwd_compare_args none;
+    if (!args)
+        args = &none;
     /* gguf/output.h: no half-written report, whatever happens */
     gguf_output *o = NULL;
     gguf_output_opts oo = {.overwrite = true};
@@ -412,7 +582,7 @@ int refwd_compare_write_html(const char *path, const gguf_record *a, const gguf_
     if (!rc && !f)
         rc = gguf_error_setf(err, GGUF_E_NOMEM, 0, "%s: out of memory", path);
     if (!rc) {
-        write_page(f, a, b, res);
+        write_page(f, a, b, res, args);
         rc = gguf_output_commit(o, err);
     }
     gguf_output_free(o);

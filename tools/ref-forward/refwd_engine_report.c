@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "gguf/forward.h"
 #include "gguf/output.h"
+#include "ref_forward.h"
 #include "refwd_engine.h"
 
 /* Length of a valid UTF-8 sequence at s (n bytes left), or 0. */
@@ -468,7 +469,8 @@ static void json_match(FILE *out, int m)
 void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n,
                    const ce_totals *t)
 {
-    fprintf(out, "{\"verdict\": \"%s\", \"first_divergent\": ", t->agree ? "agree" : "diverged");
+    cli_json_begin(out, REF_FORWARD_TOOL " check-engine");
+    fprintf(out, ", \"ok\": %s, \"first_divergence\": ", t->agree ? "true" : "false");
     if (t->first_prompt >= 0 && t->first_pos >= 0) {
         const ce_result *r = res[t->first_prompt];
         const gguf_engine_cmp_pos *cp = &r->cmp->pos[t->first_pos];
@@ -529,21 +531,21 @@ void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n
         const gguf_engine_reply *rp = r->reply;
         if (!c)
             continue;
-        fprintf(out, "%s{\"index\": %d, \"verdict\": \"%s\", \"prompt_mismatch\": ", i ? ", " : "",
-                i, c->agree && r->prompt_mismatch < 0 ? "agree" : "diverged");
+        fprintf(out, "%s{\"index\": %d, \"ok\": %s, \"prompt_mismatch\": ", i ? ", " : "",
+                i, c->agree && r->prompt_mismatch < 0 ? "true" : "false");
         if (r->prompt_mismatch >= 0)
             fprintf(out, "{\"index\": %lld, \"sent\": %d, \"engine\": %d}",
                     (long long)r->prompt_mismatch, r->sent_id, r->engine_id);
         else
             fputs("null", out);
-        fprintf(out, ", \"unresolved_positions\": %lld, \"first_divergent\": ",
+        fprintf(out, ", \"unresolved_positions\": %lld, \"first_divergence\": ",
                 (long long)r->n_unresolved);
         if (c->first_divergent >= 0)
             fprintf(out, "%lld", (long long)c->pos[c->first_divergent].index);
         else
             fputs("null", out);
         const int64_t g = first_generated(c);
-        fputs(", \"first_divergent_generated\": ", out);
+        fputs(", \"first_divergence_generated\": ", out);
         if (g >= 0)
             fprintf(out, "%lld", (long long)(c->pos[g].index - rp->n_prompt));
         else

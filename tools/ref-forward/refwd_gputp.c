@@ -305,6 +305,9 @@ int refwd_gpu_tp(const refwd_gpu_tp_args *a)
         ca.tol = a->tol;
         ca.html = a->html;
         ca.json = a->json;
+        ca.model = a->model;
+        ca.tmp_a = !a->compare;
+        ca.tmp_b = !a->record;
         fflush(stdout);
         ret = refwd_compare_files(a->compare ? a->compare : ref, a->record ? a->record : merged,
                                   &ca, stdout);

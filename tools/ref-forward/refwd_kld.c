@@ -403,7 +403,8 @@ int refwd_kld_base_main(int argc, char **argv)
     }
     const int64_t rows = n_chunk * gguf_kld_rows_per_chunk(o.n_ctx);
     if (o.json) {
-        printf("{\"output\": ");
+        cli_json_begin(stdout, REF_FORWARD_TOOL " kld-base");
+        printf(", \"output\": ");
         cli_json_str(stdout, o.out, SIZE_MAX);
         printf(", \"n_ctx\": %lld, \"n_vocab\": %lld, \"n_chunk\": %lld, \"rows\": %lld, "
                "\"bos\": %s, \"ppl\": ",
@@ -482,7 +483,8 @@ static void json_kv(const char *key, double v, bool last)
 
 static void print_json(const gguf_kld_stats *s, const char *base, int64_t chunks)
 {
-    printf("{\"base\": ");
+    cli_json_begin(stdout, REF_FORWARD_TOOL " kld");
+    printf(", \"base\": ");
     cli_json_str(stdout, base, SIZE_MAX);
     printf(", \"chunks\": %lld, \"count\": %lld, ", (long long)chunks, (long long)s->count);
     json_kv("mean_kld", s->mean_kld, false);

@@ -86,8 +86,9 @@ static const cli_opt options[] = {
      "with the single-rank reference (exit 1 on a divergence)"},
     {OPT_EP, "ep", 1, "M", "with --tp: expert-parallel size of the plan"},
     {OPT_ENGINE, "engine", 1, "vllm|sglang", "with --tp: whose sharding rules (default vllm)"},
-    {OPT_INJECT, "inject", 1, "FAULT[@LAYER]", "with --tp: break the plan with a fault of the "
+    {OPT_INJECT, "fault", 1, "FAULT[@LAYER]", "with --tp: break the plan with a fault of the "
      "catalog (all layers, or one)"},
+    {OPT_INJECT, "inject", 1, "FAULT[@LAYER]", NULL},
     {OPT_COMPARE, "compare", 1, "REF.gguf", "compare this run's record with a reference record"},
     {OPT_TOL, "tol", 1, "SPEC", "with --tp/--compare: tolerances over the defaults"},
     {OPT_ANY_MODEL, "any-model", 0, NULL, "with --compare: records of different models (implied "
@@ -120,10 +121,10 @@ static const cli_spec spec = {
     "  ref-forward model.gguf --tokens 1,2,3 --record ref.gguf --zstd\n"
     "  ref-forward model.gguf --tokens 1,2,3 --precision f64 --mla absorbed\n"
     "  ref-forward model.gguf --tokens 1,2,3 --tp 4\n"
-    "  ref-forward model.gguf --tokens 1,2,3 --tp 8 --ep 8 --inject kv-b-rows@2 --html r.html\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --tp 8 --ep 8 --fault kv-b-rows@2 --html r.html\n"
     "  ref-forward model.gguf --tokens 1,2,3 --compare golden.gguf.zst\n"
     "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --compare cpu.gguf\n"
-    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --tp 2 --inject kv-b-rows\n"
+    "  ref-forward model.gguf --tokens 1,2,3 --backend cuda --tp 2 --fault kv-b-rows\n"
     "  ref-forward hf-dir/ --tokens 1,2,3 --record hf.gguf\n"
     "  ref-forward model.gguf --tokens 1,2,3 --compare hf.gguf --any-model\n"
     "  ref-forward hf-dir/ --prompt \"Once upon\" --vocab model.gguf -n 8\n",
@@ -145,6 +146,7 @@ typedef struct run_opts {
     int32_t eos;
     gguf_engine engine;
     const char *inject, *compare, *tol, *html;
+    char *command; /* for the HTML report */
     refwd_backend backend;
     int host_register; /* 0 auto, 1 on, -1 off; 2: not given */
     uint64_t gpu_mem_limit;
@@ -285,7 +287,9 @@ static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
         goto done;
     }
     refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json,
-                             .flags = o->any_model ? GGUF_CMP_ANY_MODEL : 0};
+                             .flags = o->any_model ? GGUF_CMP_ANY_MODEL : 0,
+                             .model = o->model, .command = o->command,
+                             .tmp_a = !o->compare, .tmp_b = !o->record_path};
     fflush(stdout);
     ret = refwd_compare_files(o->compare ? o->compare : ref, test, &ca, stdout);
     if (o->n_predict > 0 && ret <= CLI_EXIT_DIFF) {
@@ -310,7 +314,8 @@ static void print_json(const run_opts *o, const gguf_model *m, const gguf_fwd_ge
 {
     const gguf_hparams *hp = gguf_model_hparams(m);
     const int64_t V = hp->n_vocab;
-    printf("{\"model\": ");
+    cli_json_begin(stdout, REF_FORWARD_TOOL);
+    printf(", \"model\": ");
     cli_json_str(stdout, o->model, SIZE_MAX);
     printf(", \"arch\": ");
     cli_json_str(stdout, hp->arch_name, SIZE_MAX);
@@ -412,7 +417,9 @@ static int run_single(run_opts *o, const gguf_set *set, const gguf_model *m)
     if (o->compare) {
         fflush(stdout);
         refwd_compare_args ca = {.tol = o->tol, .html = o->html, .json = o->json,
-                                 .flags = o->any_model || o->hf ? GGUF_CMP_ANY_MODEL : 0};
+                                 .flags = o->any_model || o->hf ? GGUF_CMP_ANY_MODEL : 0,
+                                 .model = o->model, .command = o->command,
+                                 .tmp_b = rec_path == tmp_rec};
         ret = refwd_compare_files(o->compare, rec_path, &ca, stdout);
     }
 done:
@@ -568,7 +575,7 @@ static const char *conflict(const run_opts *o)
     if (o->ep && !o->tp)
         return "--ep needs --tp";
     if (o->inject && !o->tp)
-        return "--inject needs --tp";
+        return "--fault needs --tp";
     if (o->tol && !o->tp && !o->compare)
         return "--tol needs --tp or --compare";
     if (o->html && !o->tp && !o->compare)
@@ -673,6 +680,7 @@ int refwd_run_main(int argc, char **argv)
     gguf_set *set = NULL, *vocab = NULL;
     gguf_model *m = NULL;
     gguf_error err = {0};
+    o.command = refwd_command_line(argc, argv); /* before getopt permutes argv */
     int ret = parse_args(argc, argv, &o);
     if (ret >= 0)
         goto done;
@@ -721,5 +729,6 @@ done:
     gguf_set_close(set);
     gguf_set_close(vocab);
     free(o.tokens);
+    free(o.command);
     return ret;
 }

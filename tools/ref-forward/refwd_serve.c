@@ -68,8 +68,9 @@ static const cli_opt options[] = {
     {OPT_TP, "tp", 1, "N", "serve N virtual tensor-parallel ranks of the shard plan"},
     {OPT_EP, "ep", 1, "M", "with --tp: expert-parallel size of the plan"},
     {OPT_ENGINE, "engine", 1, "vllm|sglang", "with --tp: whose sharding rules (default vllm)"},
-    {OPT_INJECT, "inject", 1, "FAULT[@LAYER]", "with --tp: serve the plan broken by a fault of "
+    {OPT_INJECT, "fault", 1, "FAULT[@LAYER]", "with --tp: serve the plan broken by a fault of "
      "the catalog (docs/faults.md): a broken engine to test clients against"},
+    {OPT_INJECT, "inject", 1, "FAULT[@LAYER]", NULL},
     {0, NULL, 0, NULL, NULL},
 };
 
@@ -84,7 +85,7 @@ static const cli_spec spec = {
     options,
     "  ref-forward serve stories260K.gguf --port 8000\n"
     "  ref-forward serve model.gguf --port 0 --api-key secret --served-model ref\n"
-    "  ref-forward serve model.gguf --tp 4 --inject qkv-stream      # a broken engine\n"
+    "  ref-forward serve model.gguf --tp 4 --fault qkv-stream       # a broken engine\n"
     "  ref-forward serve model.gguf --request-timeout 10 --max-per-client 4\n"
     "  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\\n"
     "       -d '{\"prompt\": [1, 403, 407], \"max_tokens\": 4, \"logprobs\": 5}'\n",
@@ -615,7 +616,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return -1;
     }
     if ((a->ep || a->inject) && !a->tp) {
-        cli_errorf(spec.tool, "--%s needs --tp", a->ep ? "ep" : "inject");
+        cli_errorf(spec.tool, "--%s needs --tp", a->ep ? "ep" : "fault");
         return -1;
     }
     /* one client may fill the queue it was given: the running request and
@@ -645,12 +646,12 @@ static int build_plan(const serve_args *a, const gguf_model *m, gguf_shard_plan 
         char *end;
         layer = strtoll(at + 1, &end, 10);
         if (end == at + 1 || *end || layer < 0)
-            return gguf_error_setf(err, GGUF_E_INVALID, 0, "--inject: '%s' is not FAULT or "
+            return gguf_error_setf(err, GGUF_E_INVALID, 0, "--fault: '%s' is not FAULT or "
                                    "FAULT@LAYER", a->inject);
     }
     gguf_fault f;
     if (gguf_fault_from_name(name, &f) || f == GGUF_FAULT_NONE)
-        return gguf_error_setf(err, GGUF_E_INVALID, 0, "--inject: unknown fault '%s' "
+        return gguf_error_setf(err, GGUF_E_INVALID, 0, "--fault: unknown fault '%s' "
                                "(docs/faults.md lists them)", name);
     return gguf_shard_apply_fault(*out, f, layer, err);
 }

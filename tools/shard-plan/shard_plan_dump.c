@@ -119,12 +119,12 @@ int sp_check_dump_main(int argc, char **argv)
     }
     char a[96], b[96];
     if (json) {
-        printf("{\"tool\": \"shard-plan check-dump\", \"version\": \"%s\", \"model\": ",
-               GGUFKIT_VERSION);
+        cli_json_begin(stdout, SP_TOOL " check-dump");
+        printf(", \"model\": ");
         cli_json_str(stdout, pos[0], SIZE_MAX);
         printf(", \"dump\": ");
         cli_json_str(stdout, pos[1], SIZE_MAX);
-        printf(", \"engine\": \"%s\", \"tp\": %d, \"ep\": %d, \"tolerance\": %g, "
+        printf(", \"engine\": \"%s\", \"tp\": %d, \"ep\": %d, \"tolerances\": {\"rel_l2\": %g}, "
                "\"files\": %d, \"params_per_rank\": %lld, \"findings\": [",
                gguf_engine_name(o.engine), o.tp, o.ep > 1 ? o.ep : 1, GGUF_DUMP_TOLERANCE,
                gguf_dump_check_files(ck), (long long)gguf_dump_check_params(ck));

@@ -41,11 +41,13 @@ static const cli_opt OPTS[] = {
      "--write-shards as rank GGUFs (default) or as vLLM's sharded state "
      "(DIR/model-rank-R-part-0.safetensors, engine names, BF16)"},
     {OPT_FORCE, "force", 0, NULL, "replace existing shard files"},
-    {OPT_FAULT, "fault", 1, "NAME", "inject a fault from the catalog (repeatable)"},
-    {OPT_FAULT_LAYER, "fault-layer", 1, "N", "inject faults into block N only"},
+    {OPT_FAULT, "fault", 1, "FAULT[@LAYER]",
+     "inject a fault of the catalog, in every block or block LAYER only (repeatable)"},
+    {OPT_FAULT_LAYER, "fault-layer", 1, "N",
+     "old spelling: block N for every --fault without its own @LAYER"},
     {OPT_LIST_FAULTS, "list-faults", 0, NULL, "list the fault catalog and exit"},
     {OPT_VOCAB_PAD, "vocab-pad", 1, "N", "vocabulary padding multiple (default 64)"},
-    {OPT_FILTER, "filter", 1, "TEXT", "print only tensors whose name contains TEXT"},
+    {OPT_FILTER, "filter", 1, "REGEX", CLI_FILTER_HELP},
     {OPT_STRICT, "strict", 0, NULL, "exit 1 on warnings too (quantized cuts needing dequant)"},
     {0, NULL, 0, NULL, NULL},
 };
@@ -66,6 +68,7 @@ static const cli_spec SPEC = {
                 "  shard-plan glm5-00001-of-00010.gguf --tp 8 --ep 8 --engine sglang --json\n"
                 "  shard-plan model.gguf --tp 2 --write-shards shards/\n"
                 "  shard-plan model.gguf --tp 8 --fault kv-b-whole --json > broken-plan.json\n"
+                "  shard-plan model.gguf --tp 8 --fault rope-pairs@3 --write-shards broken/\n"
                 "  shard-plan --list-faults\n"
                 "  shard-plan model.gguf --tp 2 --fault qkv-stream --write-shards d --dump-format vllm\n"
                 "  shard-plan check-dump model.gguf d --tp 2   (see shard-plan check-dump --help)\n",
@@ -79,11 +82,13 @@ static void on_signal(int sig)
     g_cancel = 1;
 }
 
-/* The fault catalog: a line each, or a JSON array of {name, kind, summary}. */
+/* The fault catalog: a line each, or JSON: {tool, version, faults: [{name, kind, summary}]}. */
 static void print_faults(bool json)
 {
-    if (json)
-        fputc('[', stdout);
+    if (json) {
+        cli_json_begin(stdout, SP_TOOL);
+        fputs(", \"faults\": [", stdout);
+    }
     for (int f = 1; f < GGUF_FAULT_COUNT; f++) {
         const char *kind = gguf_fault_is_config((gguf_fault)f) ? "config" : "weights";
         if (!json) {
@@ -98,7 +103,7 @@ static void print_faults(bool json)
         fputc('}', stdout);
     }
     if (json)
-        fputs("]\n", stdout);
+        fputs("]}\n", stdout);
 }
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out)
@@ -178,12 +183,19 @@ int main(int argc, char **argv)
                 cli_errorf(SP_TOOL, "--fault: at most %d faults", SP_MAX_FAULTS);
                 return CLI_EXIT_USAGE;
             }
-            if (gguf_fault_from_name(arg, &a.faults[a.n_faults]) != 0 ||
-                a.faults[a.n_faults] == GGUF_FAULT_NONE) {
-                cli_errorf(SP_TOOL, "--fault: unknown fault '%s' (see --list-faults)", arg);
-                return CLI_EXIT_USAGE;
+            {
+                gguf_error ferr;
+                if (gguf_fault_parse(arg, &a.faults[a.n_faults], &a.fault_layers[a.n_faults],
+                                     &ferr) != 0) {
+                    cli_errorf(SP_TOOL, "--fault: %s", ferr.message);
+                    return CLI_EXIT_USAGE;
+                }
+                if (a.faults[a.n_faults] == GGUF_FAULT_NONE) {
+                    cli_errorf(SP_TOOL, "--fault: unknown fault '%s' (see --list-faults)", arg);
+                    return CLI_EXIT_USAGE;
+                }
             }
-            a.n_faults++;
+            a.fault_specs[a.n_faults++] = arg;
             break;
         case OPT_FAULT_LAYER:
             if (parse_int("--fault-layer", arg, 0, 100000, &v))
@@ -202,7 +214,8 @@ int main(int argc, char **argv)
             a.strict = true;
             break;
         case OPT_FILTER:
-            a.filter = arg;
+            if (cli_filter_set(&a.filter, SP_TOOL, arg))
+                return CLI_EXIT_USAGE;
             break;
         default:
             return CLI_EXIT_USAGE;
@@ -243,7 +256,8 @@ int main(int argc, char **argv)
         goto done;
     }
     for (int k = 0; k < a.n_faults; k++) {
-        if ((rc = gguf_shard_apply_fault(p, a.faults[k], a.fault_layer, &err)) != 0) {
+        const int64_t layer = a.fault_layers[k] >= 0 ? a.fault_layers[k] : a.fault_layer;
+        if ((rc = gguf_shard_apply_fault(p, a.faults[k], layer, &err)) != 0) {
             cli_error(SP_TOOL, &err);
             exit_code = cli_exit_code(rc);
             goto done;
@@ -253,6 +267,12 @@ int main(int argc, char **argv)
         sp_print_json(stdout, p, &a);
     else if (cli_verbosity > 0 || !a.shards_dir)
         sp_print_text(stdout, p, &a);
+    if (a.filter.set && (a.json || cli_verbosity > 0 || !a.shards_dir)) {
+        for (int64_t i = 0; i < gguf_shard_plan_count(p); i++)
+            cli_filter_match(&a.filter, gguf_shard_plan_at(p, i)->name);
+        fflush(stdout); /* the warning after the report, in a terminal too */
+        cli_filter_warn_empty(&a.filter, SP_TOOL, (long long)gguf_shard_plan_count(p));
+    }
     if (fflush(stdout) != 0) {
         cli_errorf(SP_TOOL, "cannot write the report to stdout");
         exit_code = CLI_EXIT_ENV;
@@ -289,10 +309,20 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    if (gguf_shard_plan_check_worst(p, GGUF_CHECK_ERROR) > 0 ||
-        (a.strict && gguf_shard_plan_check_worst(p, GGUF_CHECK_WARN) > 0))
+    /* A plan with an error exits 1, and an injected fault is an error of the plan (the
+     * checker must catch it). Once --write-shards has written the faulty shards it was asked
+     * for, that fault is the request, not a finding: exit 0 (the check is still printed). */
+    int64_t n_err = 0;
+    for (int64_t i = 0; i < gguf_shard_plan_check_count(p); i++) {
+        const gguf_shard_check *ck = gguf_shard_plan_check_at(p, i);
+        if (ck->level == GGUF_CHECK_ERROR && !(a.shards_dir && !strcmp(ck->code, "fault")))
+            n_err++;
+    }
+    if (n_err > 0 || (a.strict && gguf_shard_plan_check_worst(p, GGUF_CHECK_WARN) >
+                                      gguf_shard_plan_check_worst(p, GGUF_CHECK_ERROR)))
         exit_code = CLI_EXIT_DIFF;
 done:
+    cli_filter_free(&a.filter);
     gguf_shard_plan_free(p);
     gguf_model_free(m);
     gguf_set_close(set);

@@ -91,7 +91,7 @@ void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a)
     int nw = 36;
     for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
         const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
-        if (a->filter && !strstr(e->name, a->filter))
+        if (!cli_filter_test(&a->filter, e->name))
             continue;
         const int len = (int)strlen(e->name) + (e->is_virtual ? (int)strlen(VIRTUAL_NOTE) : 0);
         if (len > nw && len < 160)
@@ -101,7 +101,7 @@ void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a)
             "SHAPE", "RANK 0", "SPLIT", "RANK 0 SIZE", "CUT");
     for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
         const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
-        if (a->filter && !strstr(e->name, a->filter))
+        if (!cli_filter_test(&a->filter, e->name))
             continue;
         char full[96], r0[96], sp[64], hb[32], nm[160];
         shape_str(full, sizeof full, e->ne, dims_of(e));
@@ -186,17 +186,24 @@ void sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a)
     const gguf_hparams *hp = gguf_model_hparams(m);
     const gguf_shard_opts *o = gguf_shard_plan_opts(p);
     const int tp = gguf_shard_plan_ranks(p);
-    fputs("{\"model\":", out);
+    cli_json_begin(out, SP_TOOL);
+    fputs(",\"model\":", out);
     cli_json_str(out, a->model, SIZE_MAX);
     fputs(",\"arch\":", out);
     cli_json_str(out, hp->arch_name, SIZE_MAX);
     fprintf(out, ",\"engine\":\"%s\",\"tp\":%d,\"ep\":%d,\"moe_tp\":%d,\"vocab_pad\":%d",
             gguf_engine_name(o->engine), tp, o->ep > 1 ? o->ep : 1, gguf_shard_plan_moe_tp(p),
             o->vocab_pad);
+    /* each fault as FAULT or FAULT@LAYER, the spelling of --fault and of a record's fault */
     fputs(",\"faults\":[", out);
-    for (int k = 0; k < a->n_faults; k++)
-        fprintf(out, "%s\"%s\"", k ? "," : "", gguf_fault_name(a->faults[k]));
-    fprintf(out, "],\"fault_layer\":%lld", a->fault_layer);
+    for (int k = 0; k < a->n_faults; k++) {
+        const int64_t layer = a->fault_layers[k] >= 0 ? a->fault_layers[k] : a->fault_layer;
+        fprintf(out, "%s\"%s", k ? "," : "", gguf_fault_name(a->faults[k]));
+        if (layer >= 0)
+            fprintf(out, "@%lld", (long long)layer);
+        fputc('"', out);
+    }
+    fputc(']', out);
     const gguf_shard_runtime *rt = gguf_shard_plan_runtime(p);
     fprintf(out, ",\"runtime\":{\"rope_pairs\":\"%s\",\"attn_scale\":",
             rt->rope_pairs == GGUF_ROPE_ADJACENT ? "adjacent" : "half");
@@ -211,7 +218,7 @@ void sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a)
     bool first = true;
     for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
         const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
-        if (a->filter && !strstr(e->name, a->filter))
+        if (!cli_filter_test(&a->filter, e->name))
             continue;
         fputs(first ? "\n{" : ",\n{", out);
         first = false;

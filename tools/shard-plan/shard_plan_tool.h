@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "gguf/shard.h"
 
 #define SP_TOOL "shard-plan"
@@ -18,12 +19,14 @@ typedef struct sp_args {
     bool verbose;
     bool strict;
     bool force;
-    const char *filter;      /* substring of tensor names to print */
+    cli_filter filter;       /* --filter: the tensors printed */
     const char *shards_dir;  /* --write-shards */
     bool dump_vllm;          /* --dump-format vllm */
+    const char *fault_specs[SP_MAX_FAULTS]; /* --fault FAULT[@LAYER] as written */
     gguf_fault faults[SP_MAX_FAULTS];
+    int64_t fault_layers[SP_MAX_FAULTS];    /* -1: all layers (or --fault-layer) */
     int n_faults;
-    long long fault_layer;   /* -1: all layers */
+    long long fault_layer;   /* --fault-layer (old spelling of @LAYER); -1: not given */
 } sp_args;
 
 /* Text report to out. */

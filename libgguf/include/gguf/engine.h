@@ -312,7 +312,8 @@ int gguf_engine_tol_preset(gguf_engine_tol *tol, const char *name);
 /*
  * Apply "PRESET", "NAME=VALUE[,NAME=VALUE...]" or both ("bf16,kl=0.1") on
  * top of *tol; names dlogprob, kl, top1, tie, outliers, median; VALUE a
- * number >= 0 or "off".
+ * number >= 0 or "off". A bare number sets dlogprob (the grammar of
+ * gguf_tol_parse, whose bare number sets its main bound, rel_l2).
  * @return 0 or GGUF_E_INVALID naming the bad item.
  */
 int gguf_engine_tol_parse(gguf_engine_tol *tol, const char *spec, gguf_error *err);

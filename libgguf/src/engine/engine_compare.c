@@ -49,6 +49,16 @@ int gguf_engine_tol_parse(gguf_engine_tol *tol, const char *spec, gguf_error *er
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
         if (!eq) {
+            /* a bare number sets the main bound, as in ref-forward compare's --tol */
+            char *end;
+            const double v = strtod(item, &end);
+            if (end != item && !*end) {
+                if (!(v >= 0) || isinf(v))
+                    return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                                     "--tol: '%s' is not a number >= 0 or off", item);
+                tol->dlogprob = v;
+                continue;
+            }
             if (gguf_engine_tol_preset(tol, item))
                 return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                                  "--tol: '%s' is neither NAME=VALUE nor a preset (default, "
@@ -83,6 +93,13 @@ int gguf_engine_tol_parse(gguf_engine_tol *tol, const char *spec, gguf_error *er
             tol->outliers = v;
         } else if (strcmp(item, "median") == 0) {
             tol->median = v;
+        } else if (!strcmp(item, "rel_l2") || !strcmp(item, "max_abs") ||
+                   !strcmp(item, "cosine") || !strcmp(item, "top5") ||
+                   !strcmp(item, "experts")) {
+            return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                             "--tol: '%s' bounds hidden states (ref-forward compare); an engine "
+                             "is checked on logprobs: dlogprob, kl, top1, tie, outliers, median",
+                             item);
         } else {
             return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                              "--tol: unknown name '%s' (dlogprob, kl, top1, tie, outliers, "

@@ -344,9 +344,15 @@ int gguf_tol_parse(gguf_tol *t, const char *spec, gguf_error *err)
                       : !strcmp(name, "top5")    ? &t->top5
                       : !strcmp(name, "experts") ? &t->experts
                                                  : NULL;
+        if (!dst && (!strcmp(name, "dlogprob") || !strcmp(name, "tie") ||
+                     !strcmp(name, "outliers") || !strcmp(name, "median")))
+            return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
+                             "--tol: '%s' bounds an engine's logprobs (check-engine); records "
+                             "are checked on: rel_l2, max_abs, cosine, kl, top1, top5, experts",
+                             name);
         if (!dst)
             return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
-                             "--tol: unknown metric '%s' (rel_l2, max_abs, cosine, kl, top1, "
+                             "--tol: unknown name '%s' (rel_l2, max_abs, cosine, kl, top1, "
                              "top5, experts)", name);
         if ((dst == &t->cosine || dst == &t->top1 || dst == &t->top5 || dst == &t->experts) &&
             v > 1)

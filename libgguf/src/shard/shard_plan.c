@@ -621,21 +621,34 @@ static int plan_checks(gguf_shard_plan *p)
             (long long)hp->n_vocab, (long long)p->vocab_padded, p->o.vocab_pad,
             (long long)(p->vocab_padded / tp), (long long)(p->vocab_padded - hp->n_vocab));
 
-    /* Quantized cuts that need dequantization, aggregated by role. */
-    for (int role = 1; role < GGUF_ROLE_COUNT; role++) {
-        int64_t count = 0, first = -1;
-        for (int64_t i = 0; i < p->n; i++) {
-            if (p->e[i].role != (gguf_role)role)
+    /* Quantized cuts that need dequantization, aggregated by role. The kv_b of MLA models
+     * (reassembled from a transposed attn_k_b) is an info line of its own. The stored
+     * tensors make one warning in all: a model whose widths are not whole blocks per rank
+     * has the same cause in every row-parallel role (attn_output, ffn_down, the experts'
+     * down...), and four lines for one caution read like four problems. The tensor table
+     * (CUT: dequant) and the JSON (quant_cut_ok, reason per rank) name each tensor. */
+    {
+        char list[200] = "";
+        size_t len = 0;
+        int n_roles = 0, n_listed = 0;
+        int64_t n_tensors = 0;
+        const gguf_shard_tensor *first_e = NULL;
+        const char *first_reason = "";
+        for (int role = 1; role < GGUF_ROLE_COUNT; role++) {
+            int64_t count = 0, first = -1;
+            for (int64_t i = 0; i < p->n; i++) {
+                if (p->e[i].role != (gguf_role)role)
+                    continue;
+                for (int r = 0; r < tp; r++)
+                    if (!p->sl[i][r].quant_cut_ok) {
+                        if (first < 0)
+                            first = i;
+                        count++;
+                        break;
+                    }
+            }
+            if (!count)
                 continue;
-            for (int r = 0; r < tp; r++)
-                if (!p->sl[i][r].quant_cut_ok) {
-                    if (first < 0)
-                        first = i;
-                    count++;
-                    break;
-                }
-        }
-        if (count) {
             const gguf_shard_tensor *e = &p->e[first];
             const gguf_shard_slice *bad = NULL;
             for (int r = 0; r < tp && !bad; r++)
@@ -652,10 +665,42 @@ static int plan_checks(gguf_shard_plan *p)
                     break;
                 }
             const gguf_type_info *ti = gguf_type_get(type);
-            CHK(e->is_virtual ? GGUF_CHECK_INFO : GGUF_CHECK_WARN, "quant_block", e->name,
-                "%s%s (%lld tensor%s, %s%s, block %u): %s", e->name, count > 1 ? " and alike" : "",
-                (long long)count, count > 1 ? "s" : "", from, gguf_type_name(type),
-                ti ? ti->block_size : 1, bad ? bad->reason : "");
+            const unsigned block = ti ? ti->block_size : 1;
+            if (e->is_virtual) {
+                CHK(GGUF_CHECK_INFO, "quant_block", e->name,
+                    "%s%s (%lld tensor%s, %s%s, block %u): %s", e->name,
+                    count > 1 ? " and alike" : "", (long long)count, count > 1 ? "s" : "", from,
+                    gguf_type_name(type), block, bad ? bad->reason : "");
+                continue;
+            }
+            if (!first_e) {
+                first_e = e;
+                first_reason = bad ? bad->reason : "";
+            }
+            n_roles++;
+            n_tensors += count;
+            if (len + 48 < sizeof list) {
+                int w = snprintf(list + len, sizeof list - len, "%s%s %lld %s/%u",
+                                 n_listed ? ", " : "", gguf_role_name((gguf_role)role),
+                                 (long long)count, gguf_type_name(type), block);
+                if (w > 0 && (size_t)w < sizeof list - len) {
+                    len += (size_t)w;
+                    n_listed++;
+                }
+            }
+        }
+        if (n_roles == 1) {
+            const gguf_type_info *ti = gguf_type_get(first_e->type);
+            CHK(GGUF_CHECK_WARN, "quant_block", first_e->name,
+                "%s%s (%lld tensor%s, %s, block %u): %s", first_e->name,
+                n_tensors > 1 ? " and alike" : "", (long long)n_tensors,
+                n_tensors > 1 ? "s" : "", gguf_type_name(first_e->type),
+                ti ? ti->block_size : 1, first_reason);
+        } else if (n_roles > 1) {
+            CHK(GGUF_CHECK_WARN, "quant_block", first_e->name,
+                "%lld tensors cut inside a quantized block at tp %d, dequantize first (role, "
+                "tensors, type/block: %s%s; CUT column or -v for each)",
+                (long long)n_tensors, tp, list, n_listed < n_roles ? ", ..." : "");
         }
     }
 
