@@ -129,6 +129,25 @@ static int be_token_text(void *user, int32_t id, char *buf, size_t size)
     return gguf_fwd_token_text(b->meta, id, buf, size);
 }
 
+/* The vocabulary's own string of a token (tokenizer.ggml.tokens[id]). */
+static int be_token_raw(void *user, int32_t id, char *buf, size_t size)
+{
+    backend *b = user;
+    const gguf_value *toks;
+    if (size)
+        buf[0] = 0;
+    if (gguf_get_arr(b->meta, "tokenizer.ggml.tokens", &toks, NULL) ||
+        toks->v.arr.type != GGUF_VALUE_STRING)
+        return GGUF_E_NOT_FOUND;
+    if (id < 0 || (uint64_t)id >= toks->v.arr.n || size == 0)
+        return GGUF_E_INVALID;
+    const gguf_str t = toks->v.arr.strs[id];
+    const size_t n = t.len < size - 1 ? t.len : size - 1;
+    memcpy(buf, t.data, n);
+    buf[n] = 0;
+    return (int)n;
+}
+
 /* ---- HTTP ---- */
 
 /*
@@ -753,6 +772,7 @@ int refwd_serve_main(int argc, char **argv)
     sm.reset = be_reset;
     sm.eval = be_eval;
     sm.token_text = be_token_text;
+    sm.token_raw = be_token_raw;
     gguf_error terr = {0};
     if (gguf_tokenizer_create(&be.tk, set, &terr) == 0) {
         sm.tokenize = be_tokenize;

@@ -98,6 +98,12 @@ typedef struct gguf_serve_model {
     /* Bytes of token id's text into buf (NUL-terminated, truncated to size);
      * "" for control tokens. @return bytes written or a negative gguf_status. */
     int (*token_text)(void *user, int32_t id, char *buf, size_t size);
+    /* The token's string as the vocabulary stores it ("<s>", "<0xE2>",
+     * "\u2581upon"), NUL-terminated, truncated to size: vLLM's
+     * return_token_strs, and control tokens in vLLM's decoded texts. NULL:
+     * token_text stands in, and control tokens are "". Thread-safe.
+     * @return bytes written or a negative gguf_status. */
+    int (*token_raw)(void *user, int32_t id, char *buf, size_t size);
 } gguf_serve_model;
 
 typedef struct gguf_serve_opts {

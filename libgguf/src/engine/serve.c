@@ -143,7 +143,7 @@ static void queue_leave(gguf_serve *s, bool client_gone)
 /* ---- routes ---- */
 
 typedef enum route {
-    R_NONE = 0, R_HEALTH, R_MODELS, R_COMPLETIONS, R_LLAMA, R_TOKENIZE, R_DETOKENIZE, R_TOKINFO,
+    R_NONE = 0, R_HEALTH, R_MODELS, R_VERSION, R_COMPLETIONS, R_LLAMA, R_TOKENIZE, R_DETOKENIZE, R_TOKINFO,
 } route;
 
 static const struct {
@@ -155,7 +155,7 @@ static const struct {
     {"/v1/models", R_MODELS, "GET"},       {"/v1/completions", R_COMPLETIONS, "POST"},
     {"/completion", R_LLAMA, "POST"},      {"/completions", R_LLAMA, "POST"},
     {"/tokenize", R_TOKENIZE, "POST"},     {"/detokenize", R_DETOKENIZE, "POST"},
-    {"/tokenizer_info", R_TOKINFO, "GET"},
+    {"/tokenizer_info", R_TOKINFO, "GET"}, {"/version", R_VERSION, "GET"},
 };
 
 static int find_route(const char *path, size_t len)
@@ -260,6 +260,7 @@ static int dispatch(gguf_serve *s, const gguf_serve_request *req, const gguf_ser
     }
     case R_MODELS: return serve_models_response(s, resp);
     case R_TOKINFO: return serve_tokenizer_info_response(s, resp);
+    case R_VERSION: return serve_version_response(s, resp);
     case R_COMPLETIONS: return run_completion(s, SERVE_API_OPENAI, req, cl, resp, e);
     case R_LLAMA: return run_completion(s, SERVE_API_LLAMA, req, cl, resp, e);
     case R_TOKENIZE:
