@@ -29,7 +29,8 @@ trap 'kill $pid 2>/dev/null; rm -rf "$T"' EXIT
 U=
 deadline=$((SECONDS + 60))
 while [ -z "$U" ] && [ $SECONDS -lt $deadline ] && kill -0 $pid 2>/dev/null; do
-    U=$(sed -n 's/.*server is listening on //p' "$T/ls.log" | tr -d '\r')
+    # "server is listening on URL" (older builds), "llama_server: listening on URL" (newer)
+    U=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$T/ls.log" | tr -d '\r' | head -n 1)
     [ -n "$U" ] || sleep 0.2
 done
 [ -n "$U" ] || { fail "llama-server did not say where it listens: $(tail -c 400 "$T/ls.log")"; finish; exit 1; }

@@ -119,7 +119,15 @@ typedef struct gguf_serve_opts {
     int max_queue;          /* model requests that may wait behind the running
                                one; 0 = 16, -1 = none */
     int64_t created;        /* "created" of /v1/models (Unix time) */
+    unsigned quirks;        /* GGUF_SERVE_QUIRK_* bits: an engine's known bugs, played on
+                               purpose (clients' tests); 0: none */
 } gguf_serve_opts;
+
+/* llama-server before its PEG chat parser degraded gracefully (llama.cpp issue
+ * 27543): a /completion whose generated text is not valid UTF-8 answers HTTP
+ * 500 {"error": {"code": 500, "message": "Failed to parse input at pos 0:
+ * TEXT", "type": "server_error"}} instead of the completion. */
+#define GGUF_SERVE_QUIRK_LLAMA_UTF8_500 (1u << 0)
 
 typedef struct gguf_serve gguf_serve;
 

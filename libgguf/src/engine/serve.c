@@ -53,6 +53,7 @@ int gguf_serve_create(gguf_serve **out, const gguf_serve_model *model,
     s->max_logprobs = opts->max_logprobs ? opts->max_logprobs : 20;
     s->max_queue = opts->max_queue < 0 ? 0 : opts->max_queue ? opts->max_queue : 16;
     s->created = opts->created;
+    s->quirks = opts->quirks;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     atomic_init(&s->cancel, false);
@@ -209,7 +210,11 @@ static int run_completion(gguf_serve *s, serve_api api, const gguf_serve_request
             rc = serve_refuse(e, 503, "", "the server is shutting down");
         else if (rc && rc != GGUF_E_NOMEM)
             rc = serve_refuse(e, 500, "", "the forward pass failed: %s", ge.message);
-        if (!rc)
+        if (!rc && api == SERVE_API_LLAMA && (s->quirks & GGUF_SERVE_QUIRK_LLAMA_UTF8_500))
+            for (int64_t i = 0; i < q.n_prompts && !rc; i++)
+                if (!serve_utf8_valid(seqs[i].text ? seqs[i].text : "", seqs[i].text_len))
+                    rc = serve_llama_parse_error(&seqs[i], resp);
+        if (!rc && !resp->body)
             rc = serve_completion_response(s, &q, seqs, resp);
     }
     for (int64_t i = 0; i < q.n_prompts; i++)

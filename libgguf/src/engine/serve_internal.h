@@ -36,6 +36,7 @@ struct gguf_serve {
     int max_logprobs;
     int max_queue;           /* waiting requests allowed behind the running one */
     int64_t created;
+    unsigned quirks;         /* GGUF_SERVE_QUIRK_* */
     /* queue: a ticket lock, so that waiting requests run in arrival order */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -160,6 +161,8 @@ int serve_detokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_r
 int serve_models_response(gguf_serve *s, gguf_serve_response *r);
 int serve_tokenizer_info_response(gguf_serve *s, gguf_serve_response *r);
 int serve_version_response(gguf_serve *s, gguf_serve_response *r);
+/* GGUF_SERVE_QUIRK_LLAMA_UTF8_500: llama-server's 500 for sq's text. */
+int serve_llama_parse_error(const serve_seq *sq, gguf_serve_response *r);
 /* json -> r->body (compact, 17 significant digits); takes the reference. */
 int serve_json_response(json_t *root, int status, gguf_serve_response *r);
 

@@ -687,6 +687,27 @@ int serve_models_response(gguf_serve *s, gguf_serve_response *r)
     return serve_json_response(root, 200, r);
 }
 
+int serve_llama_parse_error(const serve_seq *sq, gguf_serve_response *r)
+{
+    /* llama-server's error body (server-common.cpp format_error_response),
+     * its message as common_chat_peg_parse threw it, the text repaired as its
+     * JSON dump repairs it */
+    serve_buf m = {0};
+    serve_buf_add(&m, "Failed to parse input at pos 0: ", 32);
+    serve_buf_add(&m, sq->text ? sq->text : "", sq->text_len);
+    json_t *e = json_object(), *root = json_object();
+    if (m.nomem || !e || !root || json_object_set_new(e, "code", json_integer(500)) ||
+        json_object_set_new(e, "message", serve_json_text(m.p, m.n)) ||
+        json_object_set_new(e, "type", json_string("server_error")) ||
+        json_object_set_new(root, "error", e)) {
+        serve_buf_free(&m);
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    serve_buf_free(&m);
+    return serve_json_response(root, 500, r);
+}
+
 int serve_version_response(gguf_serve *s, gguf_serve_response *r)
 {
     (void)s;
