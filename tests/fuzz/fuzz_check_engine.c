@@ -6,8 +6,10 @@
  * request with the next body of the input.
  *
  * Input: a first line "API KIND ECHO" (API: o v s l for openai, vllm, sglang, llama-server;
- * KIND: t text, k tokens, c chat; ECHO: e or n), then the engine's answers separated by lines
- * "--- STATUS" (an HTTP status; the first answer's status is 200). Invariants: ce_query
+ * KIND: t text, k tokens, c chat; ECHO: e, n, or p for --prompt-by-prefix), then the
+ * engine's answers separated by lines "--- STATUS" (an HTTP status; the first answer's
+ * status is 200; a 500 first sends llama-server's queries one token per request). Invariants:
+ * ce_query
  * returns a gguf status and, on success, a sequence whose every id is inside the vocabulary or
  * -1 only as its last (the unknown last token), a reply whose positions all have ids but that
  * one, and prompt ids that end with the reply's echoed prompt positions.
@@ -122,7 +124,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ctx.served_model = "m";
     ctx.n_predict = 4;
     ctx.top_k = 2;
-    ctx.no_echo = echo != 'e';
+    ctx.no_echo = echo != 'e' && echo != 'p';
+    ctx.prompt_by_prefix = echo == 'p'; /* llama-server's prompt, one request per prefix */
     ctx.n_vocab = V;
     ctx.max_positions = 4096;
     ce_prompt p = {0};

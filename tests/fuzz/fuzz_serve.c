@@ -9,7 +9,7 @@
  * the transport knows of the client: "#alive=N" (it goes away after N
  * liveness checks), "#framing" (its Content-Length headers differ).
  * Invariants checked on every answer: a status the API documents; a JSON
- * body (or one server-sent event of JSON for a stream); an error body is
+ * body (or server-sent events of JSON objects, then [DONE], for a stream); an error body is
  * {"error": {...}} whose code equals the status; a completion's every
  * prompt holds a token (decoding starts from the last prompt token's row).
  * Corpus: tests/fuzz/corpus/serve, named after what each request gets.
@@ -56,6 +56,14 @@ static int f_text(void *user, int32_t id, char *buf, size_t size)
     return snprintf(buf, size, "%c%c", 'a' + id % 26, id % 5 ? ' ' : '"');
 }
 
+/* The vocabulary's strings: control tokens' text (vLLM's texts write them). */
+static int f_raw(void *user, int32_t id, char *buf, size_t size)
+{
+    if (id < 3)
+        return snprintf(buf, size, "<ctl%d>", (int)id);
+    return snprintf(buf, size, "tok%d", (int)id);
+}
+
 static int f_tokenize(void *user, const char *text, size_t len, bool bos, int32_t **ids,
                       int64_t *n, gguf_error *err)
 {
@@ -99,6 +107,7 @@ static gguf_serve *server(void)
     m.reset = f_reset;
     m.eval = f_eval;
     m.token_text = f_text;
+    m.token_raw = f_raw;
     m.tokenize = f_tokenize;
     gguf_serve_opts o = {0};
     o.model_name = "fuzz";
@@ -130,21 +139,41 @@ static void check_prompts(json_t *j)
     }
 }
 
-static void check_body(const gguf_serve_response *r)
+/* A stream: "data: JSON\n\n" events, each an object, then "data: [DONE]\n\n". */
+static void check_stream(const gguf_serve_response *r)
 {
-    const char *b = r->body;
-    size_t n = r->body_len;
-    if (strcmp(r->content_type, "text/event-stream") == 0) {
-        if (r->status != 200 || n < 6 || memcmp(b, "data: ", 6) != 0)
-            __builtin_trap();
-        const char *end = strstr(b, "\n\ndata: [DONE]\n\n");
-        if (!end)
+    const char *b = r->body, *end = r->body + r->body_len;
+    if (r->status != 200)
+        __builtin_trap();
+    for (;;) {
+        if (end - b < 8 || memcmp(b, "data: ", 6) != 0)
             __builtin_trap();
         b += 6;
-        n = (size_t)(end - b);
+        const char *stop = strstr(b, "\n\n");
+        if (!stop)
+            __builtin_trap();
+        if (stop - b == 6 && memcmp(b, "[DONE]", 6) == 0) {
+            if (stop + 2 != end)
+                __builtin_trap();
+            return;
+        }
+        json_error_t je;
+        json_t *j = json_loadb(b, (size_t)(stop - b), 0, &je);
+        if (!json_is_object(j) || !json_is_array(json_object_get(j, "choices")))
+            __builtin_trap();
+        json_decref(j);
+        b = stop + 2;
+    }
+}
+
+static void check_body(const gguf_serve_response *r)
+{
+    if (strcmp(r->content_type, "text/event-stream") == 0) {
+        check_stream(r);
+        return;
     }
     json_error_t je;
-    json_t *j = json_loadb(b, n, JSON_ALLOW_NUL, &je);
+    json_t *j = json_loadb(r->body, r->body_len, JSON_ALLOW_NUL, &je);
     if (!j)
         __builtin_trap();
     json_t *e = json_is_object(j) ? json_object_get(j, "error") : NULL;

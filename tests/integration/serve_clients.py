@@ -230,6 +230,36 @@ def gone(a):
     check(True, "sent the request and closed the connection after 0.5 s")
 
 
+def slowread(a):
+    """A streamed answer read a few bytes at a time, slowly, while a client from another
+    address is answered at once: the stream arrives whole (its chunks, then [DONE])."""
+    body = a.body.encode()
+    s = connect(a.port, "127.0.0.1", timeout=30)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(1.0)  # the answer is ready and waits on a full socket
+    t0 = time.monotonic()
+    code = get(a.port, "127.0.0.4")
+    check(code == 200 and time.monotonic() - t0 < 3, "another client answered while the stream "
+          "waits for its reader")
+    data = b""
+    while True:
+        chunk = s.recv(64)
+        if not chunk:
+            break
+        data += chunk
+        if data.endswith(b"data: [DONE]\n\n"):
+            break
+        time.sleep(0.002)
+    s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    events = [e for e in payload.split(b"\n\n") if e.startswith(b"data: ")]
+    check(b"200 OK" in head and b"text/event-stream" in head, "HTTP 200, text/event-stream")
+    check(events and events[-1] == b"data: [DONE]" and len(events) == a.chunks + 1,
+          f"{len(events) - 1} chunks then [DONE] (want {a.chunks}), read slowly")
+
+
 def framing(a):
     """Content-Length headers that differ, or beside Transfer-Encoding: 400
     with an error object and the connection closed; nothing after the first
@@ -290,10 +320,15 @@ def main():
     c = sub.add_parser("gone")
     c.add_argument("port", type=int)
     c.add_argument("body")
+    c = sub.add_parser("slowread")
+    c.add_argument("port", type=int)
+    c.add_argument("body")
+    c.add_argument("--chunks", type=int, required=True)
     c = sub.add_parser("framing")
     c.add_argument("port", type=int)
     a = p.parse_args()
-    {"crowd": crowd, "late": late, "full": full, "gone": gone, "framing": framing}[a.cmd](a)
+    {"crowd": crowd, "late": late, "full": full, "gone": gone, "framing": framing,
+     "slowread": slowread}[a.cmd](a)
     return 1 if failures else 0
 
 

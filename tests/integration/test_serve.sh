@@ -98,7 +98,11 @@ assert r["object"] == "text_completion" and r["model"] == "tiny"
 assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 7
 assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
 assert all(v <= 0 for v in lp["token_logprobs"][1:])
-assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+                      "prompt_tokens_details": None, "completion_tokens_details": None}
+# vLLM's fields that are null here too
+assert r["service_tier"] is None and isinstance(r["system_fingerprint"], str)
+assert c["token_ids"] is None and c["prompt_token_ids"] is None
 EOF
 req 200 POST /completion '{"prompt": [1, 2, 3], "n_predict": 2, "n_probs": 3}'
 contains "$T/body" '"completion_probabilities":[{"id":'

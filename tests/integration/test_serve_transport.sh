@@ -82,6 +82,21 @@ contains "$T/srv.err" "127.0.0.1: POST /v1/completions: the client went away: re
 got=$(curl -s --max-time 10 -o "$T/body" -w '%{http_code}' "$URL/v1/completions" \
       --data-binary '{"prompt": [1, 2, 3], "max_tokens": 1}') || got="curl exit $?"
 [ "$got" = 200 ] && pass || fail "the request after the abandoned one: $got"
+# the same for a stream (a chunk per token): abandoned, it stops too
+n=$(grep -c "the client went away" "$T/srv.err")
+clients gone '{"prompt": [1, 2, 3], "max_tokens": 8000, "ignore_eos": true, "stream": true}'
+for _ in $(seq 100); do
+    [ "$(grep -c "the client went away" "$T/srv.err")" -gt "$n" ] && break
+    sleep 0.1
+done
+[ "$(grep -c "the client went away" "$T/srv.err")" -gt "$n" ] && pass ||
+    fail "an abandoned stream was not cancelled: $(tail -n 3 "$T/srv.err")"
+got=$(curl -s --max-time 10 -o "$T/body" -w '%{http_code}' "$URL/v1/completions" \
+      --data-binary '{"prompt": [1, 2, 3], "max_tokens": 1, "stream": true}') || got="curl exit $?"
+[ "$got" = 200 ] && pass || fail "the request after the abandoned stream: $got"
+# a stream read slowly (a few bytes at a time): whole, and nobody else waits on it
+clients slowread '{"prompt": [1, 2, 3], "max_tokens": 300, "ignore_eos": true, "logprobs": 5, "stream": true}' \
+    --chunks 300
 stop
 
 # ---- --max-per-client ----

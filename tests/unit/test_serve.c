@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/serve_internal.h"
 #include "gguf/serve.h"
 
 /* ---- the fake model ---- */
@@ -86,6 +87,20 @@ static int f_text(void *user, int32_t id, char *buf, size_t size)
     return snprintf(buf, size, "%s", texts[id]);
 }
 
+/* The vocabulary's own strings (vLLM's return_token_strs, control tokens' text). */
+static const char *const raws[FV] = {
+    "<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", "\xE2\x96\x81" "the", "\xE2\x96\x81" "cat", "\xC3\xA9",
+    "!", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r",
+    "s", "t", "u", "v", "w", "x", "y", "z", "\xE2\x96\x81", ",", ".", "<0x0A>", "?",
+};
+
+static int f_raw(void *user, int32_t id, char *buf, size_t size)
+{
+    if (id < 0 || id >= FV)
+        return GGUF_E_INVALID;
+    return snprintf(buf, size, "%s", raws[id]);
+}
+
 static int f_tokenize(void *user, const char *text, size_t len, bool bos, int32_t **ids,
                       int64_t *n, gguf_error *err)
 {
@@ -129,6 +144,7 @@ static gguf_serve *make(const char *key, int max_queue, bool tokenizer)
     m.reset = f_reset;
     m.eval = f_eval;
     m.token_text = f_text;
+    m.token_raw = f_raw;
     if (tokenizer)
         m.tokenize = f_tokenize;
     else
@@ -490,25 +506,40 @@ START_TEST(text_and_ties)
     for (int i = 0; i < 3; i++, it = json_object_iter_next(d, it))
         ck_assert_str_eq(json_object_iter_key(it), want[i]);
     json_decref(j);
-    /* echo of token ids: pieces joined, the first leading space dropped, a
-     * split character joined; the byte tokens alone are repaired */
+    /* echo of token ids, as vLLM writes it: BOS as its text, the first leading
+     * space dropped, a split character joined; of the byte tokens the first
+     * is "" and the one that completes the character carries it */
     j = post(s, "{\"prompt\": [1, 5, 3, 4, 6], \"max_tokens\": 0, \"echo\": true, "
                 "\"logprobs\": 0}", 200);
     c = json_array_get(json_object_get(j, "choices"), 0);
-    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "the\xC3\xA9 cat");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "<s>the\xC3\xA9 cat");
     lp = json_object_get(c, "logprobs");
     json_t *toks = json_object_get(lp, "tokens"), *off = json_object_get(lp, "text_offset");
-    ck_assert_str_eq(json_string_value(json_array_get(toks, 2)), "\xEF\xBF\xBD");
-    const int offs[] = {0, 0, 4, 5, 6};
+    const char *const want_toks[] = {"<s>", "the", "", "\xC3\xA9", "cat"};
+    for (int i = 0; i < 5; i++)
+        ck_assert_str_eq(json_string_value(json_array_get(toks, (size_t)i)), want_toks[i]);
+    /* vLLM counts one generated token for an echo with max_tokens 0 */
+    json_t *u = json_object_get(j, "usage");
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "completion_tokens")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "total_tokens")), 6);
+    const int offs[] = {0, 3, 6, 6, 7};
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(json_integer_value(json_array_get(off, (size_t)i)), offs[i]);
     ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
     json_decref(j);
     /* a text prompt is echoed as sent; BOS added (add_special_tokens) */
+    j = post(s, "{\"prompt\": \"ab c\", \"max_tokens\": 2, \"echo\": true, \"logprobs\": 0}",
+             200);
+    c = json_array_get(json_object_get(j, "choices"), 0);
+    ck_assert(strncmp(json_string_value(json_object_get(c, "text")), "ab c", 4) == 0);
+    char gen[64];
+    snprintf(gen, sizeof gen, "%s", json_string_value(json_object_get(c, "text")) + 4);
+    json_decref(j);
+    /* with return_token_ids vLLM echoes no text: the generated text alone */
     j = post(s, "{\"prompt\": \"ab c\", \"max_tokens\": 2, \"echo\": true, \"logprobs\": 0, "
                 "\"return_token_ids\": true}", 200);
     c = json_array_get(json_object_get(j, "choices"), 0);
-    ck_assert(strncmp(json_string_value(json_object_get(c, "text")), "ab c", 4) == 0);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), gen);
     json_t *pids = json_object_get(c, "prompt_token_ids");
     ck_assert_int_eq(json_array_size(pids), 5);
     ck_assert_int_eq(json_integer_value(json_array_get(pids, 0)), 1);
@@ -653,8 +684,8 @@ START_TEST(tokenize_endpoints)
     ck_assert_str_eq(json_string_value(json_object_get(t0, "piece")), "a");
     json_decref(j);
     j = call(s, "POST", "/detokenize", "{\"tokens\": [1, 5, 6]}", 200);
-    ck_assert_str_eq(json_string_value(json_object_get(j, "prompt")), "the cat");
-    ck_assert_str_eq(json_string_value(json_object_get(j, "content")), "the cat");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "prompt")), "<s>the cat"); /* vLLM */
+    ck_assert_str_eq(json_string_value(json_object_get(j, "content")), "the cat"); /* llama */
     json_decref(j);
     assert_error(call(s, "POST", "/detokenize", "{\"tokens\": [1, 99]}", 400), 400, "tokens",
                  NULL);
@@ -672,22 +703,190 @@ START_TEST(tokenize_endpoints)
 }
 END_TEST
 
-START_TEST(stream_event)
+/* The data lines of an event stream, parsed; "[DONE]" as NULL at the end. */
+static int sse_events(const char *body, json_t **ev, int max)
+{
+    int n = 0;
+    for (const char *p = body; *p && n < max;) {
+        ck_assert(strncmp(p, "data: ", 6) == 0);
+        const char *end = strstr(p, "\n\n");
+        ck_assert_ptr_nonnull(end);
+        if (strncmp(p + 6, "[DONE]", 6) == 0) {
+            ev[n++] = NULL;
+            ck_assert_str_eq(end, "\n\n"); /* the last event */
+            break;
+        }
+        ev[n] = json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL);
+        ck_assert_ptr_nonnull(ev[n]);
+        n++;
+        p = end + 2;
+    }
+    return n;
+}
+
+/* stream: true answers as vLLM streams: one chunk per generated token, the
+ * finish reason and system_fingerprint on the last, then [DONE]; the texts
+ * join to the whole answer's text. */
+START_TEST(stream_chunks)
 {
     gguf_serve *s = make(NULL, 0, true);
+    json_t *whole = post(s, "{\"prompt\": [1, 9], \"max_tokens\": 3, \"logprobs\": 1}", 200);
+    json_t *wc = json_array_get(json_object_get(whole, "choices"), 0);
     gguf_serve_response r;
-    const char *body = "{\"prompt\": [1, 9], \"max_tokens\": 2, \"stream\": true}";
+    const char *body = "{\"prompt\": [1, 9], \"max_tokens\": 3, \"logprobs\": 1, \"stream\": true}";
     json_t *j = call2(s, "POST", "/v1/completions", NULL, body, strlen(body), &r);
     ck_assert_ptr_null(j);
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(r.content_type, "text/event-stream");
-    ck_assert(strncmp(r.body, "data: {", 7) == 0);
-    ck_assert_ptr_nonnull(strstr(r.body, "\n\ndata: [DONE]\n\n"));
-    j = json_loadb(r.body + 6, (size_t)(strstr(r.body, "\n\n") - r.body - 6), 0, NULL);
-    ck_assert_ptr_nonnull(j);
-    ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
-    json_decref(j);
+    json_t *ev[8];
+    int n = sse_events(r.body, ev, 8);
+    ck_assert_int_eq(n, 4); /* 3 tokens, [DONE] */
+    ck_assert_ptr_null(ev[3]);
+    char text[256] = "";
+    for (int i = 0; i < 3; i++) {
+        ck_assert_str_eq(json_string_value(json_object_get(ev[i], "object")), "text_completion");
+        json_t *c = json_array_get(json_object_get(ev[i], "choices"), 0);
+        strncat(text, json_string_value(json_object_get(c, "text")), sizeof text - strlen(text) - 1);
+        json_t *lp = json_object_get(c, "logprobs");
+        ck_assert_int_eq(json_array_size(json_object_get(lp, "tokens")), 1);
+        /* the same token and log-probability as the whole answer's position i */
+        ck_assert(json_equal(json_array_get(json_object_get(lp, "token_logprobs"), 0),
+                             json_array_get(json_object_get(json_object_get(wc, "logprobs"),
+                                                            "token_logprobs"), (size_t)i)));
+        ck_assert(json_is_null(json_object_get(c, "prompt_token_ids")));
+        ck_assert(json_is_null(json_object_get(c, "token_ids")));
+        ck_assert(json_is_null(json_object_get(c, "stop_reason")));
+        ck_assert_ptr_null(json_object_get(ev[i], "usage"));
+        if (i < 2) {
+            ck_assert(json_is_null(json_object_get(c, "finish_reason")));
+            ck_assert_ptr_null(json_object_get(ev[i], "system_fingerprint"));
+        } else {
+            ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+            ck_assert(json_is_string(json_object_get(ev[i], "system_fingerprint")));
+        }
+        json_decref(ev[i]);
+    }
+    ck_assert_str_eq(text, json_string_value(json_object_get(wc, "text")));
+    json_decref(whole);
     gguf_serve_response_clear(&r);
+    /* echo with max_tokens 0: one chunk of the prompt; include_usage: a last chunk of usage */
+    body = "{\"prompt\": [1, 9, 10], \"max_tokens\": 0, \"echo\": true, \"logprobs\": 0, "
+           "\"stream\": true, \"stream_options\": {\"include_usage\": true}}";
+    call2(s, "POST", "/v1/completions", NULL, body, strlen(body), &r);
+    n = sse_events(r.body, ev, 8);
+    ck_assert_int_eq(n, 3);
+    json_t *c = json_array_get(json_object_get(ev[0], "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "<s>ab");
+    ck_assert_int_eq(json_array_size(json_object_get(c, "prompt_token_ids")), 3);
+    ck_assert_ptr_null(json_object_get(ev[0], "system_fingerprint"));
+    ck_assert_int_eq(json_array_size(json_object_get(ev[1], "choices")), 0);
+    json_t *u = json_object_get(ev[1], "usage");
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "prompt_tokens")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "completion_tokens")), 1);
+    ck_assert(json_is_string(json_object_get(ev[1], "system_fingerprint")));
+    json_decref(ev[0]);
+    json_decref(ev[1]);
+    gguf_serve_response_clear(&r);
+    refuse(s, "{\"prompt\": [1], \"stream_options\": {\"include_usage\": true}}", 400,
+           "stream_options", "stream");
+    gguf_serve_free(s);
+}
+END_TEST
+
+/* The fields vLLM 0.32 always writes, null or not, and its other endpoints. */
+START_TEST(vllm_fields)
+{
+    gguf_serve *s = make(NULL, 0, true);
+    json_t *j = post(s, "{\"prompt\": [1, 9], \"max_tokens\": 1}", 200);
+    const char *const nulls[] = {"service_tier", "kv_transfer_params", "ec_transfer_params",
+                                 "metrics"};
+    for (size_t i = 0; i < sizeof nulls / sizeof nulls[0]; i++)
+        ck_assert(json_is_null(json_object_get(j, nulls[i])));
+    ck_assert(json_is_string(json_object_get(j, "system_fingerprint")));
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *const cnulls[] = {"logprobs", "stop_reason", "token_ids", "prompt_logprobs",
+                                  "prompt_token_ids", "routed_experts"};
+    for (size_t i = 0; i < sizeof cnulls / sizeof cnulls[0]; i++)
+        ck_assert(json_is_null(json_object_get(c, cnulls[i])));
+    json_t *u = json_object_get(j, "usage");
+    ck_assert(json_is_null(json_object_get(u, "prompt_tokens_details")));
+    ck_assert(json_is_null(json_object_get(u, "completion_tokens_details")));
+    json_decref(j);
+    /* decoded_token is the text even when tokens are "token_id:N" */
+    j = post(s, "{\"prompt\": [1, 5, 3, 4], \"max_tokens\": 1, \"prompt_logprobs\": 0, "
+                "\"return_tokens_as_token_ids\": true, \"logprobs\": 0}", 200);
+    c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *plp = json_object_get(c, "prompt_logprobs");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(
+                         json_array_get(plp, 1), "5"), "decoded_token")), "the");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(
+                         json_array_get(plp, 2), "3"), "decoded_token")), "");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(
+                         json_array_get(plp, 3), "4"), "decoded_token")), "\xC3\xA9");
+    ck_assert(strncmp(json_string_value(json_array_get(json_object_get(
+                          json_object_get(c, "logprobs"), "tokens"), 0)), "token_id:", 9) == 0);
+    json_decref(j);
+    j = call(s, "GET", "/version", NULL, 200);
+    ck_assert(json_is_string(json_object_get(j, "version")));
+    json_decref(j);
+    j = call(s, "GET", "/v1/models", NULL, 200);
+    json_t *perm = json_array_get(json_object_get(json_array_get(json_object_get(j, "data"), 0),
+                                                  "permission"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(perm, "object")), "model_permission");
+    ck_assert(json_is_true(json_object_get(perm, "allow_logprobs")));
+    ck_assert(json_is_null(json_object_get(perm, "group")));
+    json_decref(j);
+    /* return_token_strs: the vocabulary's strings; /detokenize's prompt: BOS as its text */
+    j = call(s, "POST", "/tokenize", "{\"prompt\": \"a\", \"return_token_strs\": true}", 200);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(j, "token_strs"), 0)),
+                     "<s>");
+    json_decref(j);
+    j = call(s, "POST", "/detokenize", "{\"tokens\": [1, 5, 3]}", 200);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "prompt")), "<s>the\xEF\xBF\xBD");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "content")), "the\xEF\xBF\xBD");
+    json_decref(j);
+    gguf_serve_free(s);
+}
+END_TEST
+
+/* vLLM's texts: a token that ends inside a character is "" and the one that
+ * completes it carries it; the generated text holds back an unfinished
+ * character (for good at the end), and a run of byte tokens that is not
+ * UTF-8 is one U+FFFD per byte, the ASCII among them too (HF's ByteFallback). */
+START_TEST(vllm_texts)
+{
+    gguf_serve *s = make(NULL, 0, true);
+    serve_buf b = {0};
+    const int32_t ctx[] = {5, 3};
+    serve_vllm_token(s, 3, ctx, 1, &b);
+    ck_assert_str_eq(b.p, "");
+    serve_vllm_token(s, 4, ctx, 2, &b);
+    ck_assert_str_eq(b.p, "\xC3\xA9");
+    serve_vllm_token(s, 6, ctx, 2, &b);
+    ck_assert_str_eq(b.p, "cat"); /* alone: HF strips the leading space */
+    serve_buf_free(&b);
+    int64_t emit[4];
+    const int32_t g1[] = {5, 3, 4, 6};
+    ck_assert_int_eq(serve_vllm_gen_text(s, g1, 4, NULL, 0, 0, &b, emit), 0);
+    ck_assert_str_eq(b.p, " the\xC3\xA9 cat");
+    ck_assert(emit[0] == 4 && emit[1] == 4 && emit[2] == 6 && emit[3] == 10);
+    const int32_t g2[] = {6, 3};
+    serve_vllm_gen_text(s, g2, 2, NULL, 0, 0, &b, emit);
+    ck_assert_str_eq(b.p, " cat"); /* the lone 0xC3 never written */
+    const int32_t g3[] = {3, 9, 6}; /* 0xC3 'a'(a text token) ' cat' */
+    serve_vllm_gen_text(s, g3, 3, NULL, 0, 0, &b, emit);
+    ck_assert_str_eq(b.p, "\xEF\xBF\xBD" "a cat");
+    ck_assert(emit[0] == 0 && emit[1] == 4);
+    const int32_t g4[] = {2, 9}; /* EOS skipped */
+    serve_vllm_gen_text(s, g4, 2, NULL, 0, 0, &b, NULL);
+    ck_assert_str_eq(b.p, "a");
+    /* a stop string the last token completed cuts the text, also what was
+     * taken before; a stream holds back the stop's length less one */
+    const int32_t g5[] = {9, 10, 11}; /* "abc", stop "bc" */
+    serve_vllm_gen_text(s, g5, 3, "bc", 2, 1, &b, emit);
+    ck_assert_str_eq(b.p, "a");
+    ck_assert(emit[0] == 0 && emit[1] == 1 && emit[2] == 1);
+    serve_buf_free(&b);
     gguf_serve_free(s);
 }
 END_TEST
@@ -969,7 +1168,9 @@ static Suite *suite(void)
     tcase_add_test(tc, stops_and_batches);
     tcase_add_test(tc, llama_completion);
     tcase_add_test(tc, tokenize_endpoints);
-    tcase_add_test(tc, stream_event);
+    tcase_add_test(tc, stream_chunks);
+    tcase_add_test(tc, vllm_fields);
+    tcase_add_test(tc, vllm_texts);
     tcase_add_test(tc, forward_failure);
     tcase_add_test(tc, queue_full_then_drains);
     tcase_add_test(tc, cancel_stops_running_and_waiting);

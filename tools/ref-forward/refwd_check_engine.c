@@ -53,6 +53,7 @@ enum {
     OPT_ENGINE,
     OPT_JOBS,
     OPT_MAX_RUNS,
+    OPT_PROMPT_BY_PREFIX,
 };
 
 static const cli_opt options[] = {
@@ -81,6 +82,9 @@ static const cli_opt options[] = {
     {OPT_THREADS, "threads", 1, "N", "reference matmul threads (default 1)"},
     {OPT_NO_ECHO, "no-echo", 0, NULL, "compare the generated positions only (ask for no prompt "
      "log-probabilities)"},
+    {OPT_PROMPT_BY_PREFIX, "prompt-by-prefix", 0, NULL, "llama-server: score each prompt "
+     "position as the next token of its prefix (one n_predict 1 request per prompt token), as "
+     "it returns no prompt log-probabilities"},
     {OPT_SHOW, "show", 1, "N", "table rows from the first divergence (default 8; -v: every "
      "position; -q: the result line only)"},
     {OPT_VOCAB, "vocab", 1, "FILE.gguf", "the vocabulary of an HF checkpoint MODEL (a GGUF of the "
@@ -133,7 +137,7 @@ typedef struct ce_opts {
     int64_t n_predict;
     int top_k, show, threads;
     double timeout;
-    bool json, no_echo, diagnose;
+    bool json, no_echo, diagnose, prompt_by_prefix;
     gguf_diag_opts diag;
     bool engine_given;
     const char *diag_option;      /* a --diagnose option given (needs --diagnose) */
@@ -462,6 +466,7 @@ static int run(ce_opts *o)
     ctx.n_predict = o->n_predict;
     ctx.top_k = o->top_k;
     ctx.no_echo = o->no_echo;
+    ctx.prompt_by_prefix = o->prompt_by_prefix;
     const gguf_set *vset = vocab ? vocab : set;
     ctx.meta = vset ? gguf_set_meta(vset) : NULL;
     ctx.n_vocab = gguf_model_hparams(m)->n_vocab;
@@ -486,6 +491,16 @@ static int run(ce_opts *o)
         }
     }
     ctx.served_model = o->served ? o->served : (detected[0] ? detected : NULL);
+    if (o->prompt_by_prefix && (ctx.api != GGUF_API_LLAMA_SERVER || o->no_echo)) {
+        /* the prefixes go to llama-server's /completion as token ids; the
+         * other dialects return prompt log-probabilities themselves */
+        cli_errorf(spec.tool, "--prompt-by-prefix: %s", o->no_echo
+                   ? "compares prompt positions, --no-echo leaves them out"
+                   : "only with llama-server (its /completion takes token-id prefixes; the other "
+                     "dialects return prompt log-probabilities themselves)");
+        ret = CLI_EXIT_USAGE;
+        goto done;
+    }
     res = calloc((size_t)o->n_prompts, sizeof *res);
     if (!res) {
         ret = CLI_EXIT_ENV;
@@ -652,6 +667,7 @@ int refwd_check_engine_main(int argc, char **argv)
         case OPT_TOL: o.tol = arg; break;
         case OPT_JSON: o.json = true; break;
         case OPT_NO_ECHO: o.no_echo = true; break;
+        case OPT_PROMPT_BY_PREFIX: o.prompt_by_prefix = true; break;
         case OPT_HTML: o.html = arg; break;
         case OPT_TIMEOUT: {
             char *end;

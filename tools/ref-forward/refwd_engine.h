@@ -39,6 +39,7 @@ typedef struct ce_ctx {
     int64_t n_predict;
     int top_k;
     bool no_echo;                 /* generated positions only */
+    bool prompt_by_prefix;        /* llama-server: prompt positions one request per prefix */
     const gguf_file *meta;        /* the reference's metadata (vocabulary); NULL for an
                                      HF checkpoint without --vocab */
     const gguf_tokenizer *tok;    /* its tokenizer, NULL when it has none */

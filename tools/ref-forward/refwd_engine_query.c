@@ -110,19 +110,27 @@ static int with_url(gguf_error *err, int rc, const ce_ctx *ctx, const char *path
     return rc;
 }
 
-/* POST a body built from rq to its endpoint. */
-static int post(ce_ctx *ctx, const gguf_engine_request *rq, char **reply, size_t *len,
-                gguf_error *err)
+/* POST a body built from rq to its endpoint; *status: the HTTP status (0
+ * when none came). */
+static int post_status(ce_ctx *ctx, const gguf_engine_request *rq, char **reply, size_t *len,
+                       long *status, gguf_error *err)
 {
     char *body = NULL;
+    *status = 0;
     int rc = gguf_engine_request_build(&body, rq, err);
     if (rc)
         return rc;
-    long status;
     rc = refwd_http_call(ctx->http, gguf_engine_endpoint_path(rq->endpoint), body, reply,
-                               len, &status, err);
+                               len, status, err);
     free(body);
     return rc;
+}
+
+static int post(ce_ctx *ctx, const gguf_engine_request *rq, char **reply, size_t *len,
+                gguf_error *err)
+{
+    long status;
+    return post_status(ctx, rq, reply, len, &status, err);
 }
 
 /* The engine's /tokenize for text or chat messages (vLLM, SGLang,
@@ -341,6 +349,263 @@ static int64_t first_difference(const int32_t *a, int64_t na, const int32_t *b, 
     return i == na && i == nb ? -1 : i;
 }
 
+/* ---- llama-server, one token per request ----
+ * llama-server answers HTTP 500 ("Failed to parse input at pos 0") when the
+ * text it generated is not valid UTF-8 (its chat parser, llama.cpp issue
+ * 27543), which is what a broken model writes; and it returns no prompt
+ * log-probabilities. Both are met by asking for one token (n_predict 1) over
+ * a prefix of token ids: the engine's next token and its top K there. */
+
+/* One token after ids[0..n). *have: the reply scored it (llama-server writes
+ * no probabilities for a token that ends inside a character); *pos then owns
+ * the position (free with pos_clear). *tok: the token it generated, -1 none;
+ * *eos: it stopped at the end of text. *status: the HTTP status. */
+static int llama_next(ce_ctx *ctx, const int32_t *ids, int64_t n, gguf_engine_pos *pos,
+                      bool *have, int32_t *tok, bool *eos, long *status, gguf_error *err)
+{
+    gguf_engine_request rq = {0};
+    rq.api = ctx->api;
+    rq.endpoint = GGUF_EP_COMPLETION;
+    rq.tokens = ids;
+    rq.n_tokens = n;
+    rq.max_tokens = 1;
+    rq.top_k = ctx->top_k;
+    char *body = NULL;
+    size_t len = 0;
+    gguf_engine_reply *rp = NULL;
+    *have = false;
+    *tok = -1;
+    *eos = false;
+    int rc = post_status(ctx, &rq, &body, &len, status, err);
+    if (!rc && (rc = gguf_engine_reply_parse(&rp, GGUF_EP_COMPLETION, body, len, err)))
+        with_url(err, rc, ctx, "/completion");
+    free(body);
+    if (rc)
+        return rc;
+    if (rp->n_pos > rp->n_prompt) {
+        *pos = rp->pos[rp->n_prompt];
+        memset(&rp->pos[rp->n_prompt], 0, sizeof rp->pos[0]); /* moved out */
+        *have = true;
+    }
+    *tok = rp->n_gen_ids > 0 ? rp->gen_ids[0] : *have ? pos->id : -1;
+    *eos = rp->finish_reason && strcmp(rp->finish_reason, "eos") == 0;
+    gguf_engine_reply_free(rp);
+    return 0;
+}
+
+static void pos_clear(gguf_engine_pos *q)
+{
+    for (int32_t k = 0; k < q->n_top; k++)
+        free(q->top[k].text);
+    free(q->top);
+    free(q->text);
+    memset(q, 0, sizeof *q);
+}
+
+/* The prompt's ids as llama-server runs them: given, or from its /tokenize
+ * (text: BOS added as its completions add it; chat: its template first). */
+static int llama_prompt_ids(ce_ctx *ctx, const ce_prompt *p, int32_t **ids, int64_t *n,
+                            gguf_error *err)
+{
+    if (p->tokens) {
+        *ids = malloc((size_t)p->n_tokens * sizeof **ids);
+        if (!*ids)
+            return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
+        memcpy(*ids, p->tokens, (size_t)p->n_tokens * sizeof **ids);
+        *n = p->n_tokens;
+        return 0;
+    }
+    if (p->text)
+        return engine_tokenize(ctx, p, p->text, ids, n, err);
+    char *templated = NULL;
+    int rc = apply_template(ctx, p, &templated, err);
+    if (!rc)
+        rc = engine_tokenize(ctx, p, templated, ids, n, err);
+    free(templated);
+    return rc;
+}
+
+/* The whole generation failed with HTTP 500 (why: msg): the engine's tokens
+ * one request at a time, each over the prompt and the tokens before it, into
+ * r->reply (generated positions only). */
+static int llama_token_by_token(ce_ctx *ctx, const ce_prompt *p, ce_result *r, const char *msg,
+                                gguf_error *err)
+{
+    int32_t *seq = NULL;
+    int64_t n_ids = 0;
+    int rc = llama_prompt_ids(ctx, p, &seq, &n_ids, err);
+    if (rc)
+        return rc;
+    int32_t *grown = realloc(seq, (size_t)(n_ids + ctx->n_predict) * sizeof *seq);
+    gguf_engine_reply *rp = calloc(1, sizeof *rp);
+    if (rp) {
+        rp->pos = calloc((size_t)ctx->n_predict, sizeof *rp->pos);
+        rp->gen_ids = malloc((size_t)ctx->n_predict * sizeof *rp->gen_ids);
+    }
+    if (!grown || !rp || !rp->pos || !rp->gen_ids) {
+        free(grown ? grown : seq);
+        gguf_engine_reply_free(rp);
+        return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
+    }
+    seq = grown;
+    rp->completion_tokens = -1;
+    rp->found = GGUF_REPLY_LLAMA;
+    int64_t n_unscored = 0;
+    for (int64_t j = 0; j < ctx->n_predict; j++) {
+        gguf_engine_pos q = {0};
+        bool have, eos;
+        int32_t tok;
+        long status;
+        gguf_error e = {0};
+        rc = llama_next(ctx, seq, n_ids + j, &q, &have, &tok, &eos, &status, &e);
+        if (rc && status == 500 && j > 0) {
+            /* this token alone is not UTF-8 either: what came before stands */
+            ce_note(r, "generated position %lld: HTTP 500 on that token alone too: compared up "
+                       "to it", (long long)j);
+            rc = 0;
+            break;
+        }
+        if (rc && status == 500) {
+            /* not even its first token alone: no generated position can be
+             * read; the prompt's positions give the verdict (the caller scores
+             * them by prefix) */
+            ce_note(r, "llama-server answered HTTP 500 on its first generated token alone too: "
+                       "no generated position compared");
+            rc = 0;
+            break;
+        }
+        if (rc) {
+            *err = e;
+            break;
+        }
+        if (tok < 0) {
+            rc = gguf_error_setf(err, GGUF_E_BAD_VALUE, 0, "POST %s/completion: n_predict 1 "
+                                 "over %lld tokens: reply: no generated token",
+                                 refwd_http_url(ctx->http), (long long)(n_ids + j));
+            break;
+        }
+        if (!have) {
+            /* no probabilities for a token inside a character: in the sequence,
+             * not compared */
+            q = (gguf_engine_pos){.id = tok, .logprob = NAN, .unscored = true};
+            n_unscored++;
+        }
+        rp->pos[rp->n_pos++] = q;
+        rp->gen_ids[rp->n_gen_ids++] = tok;
+        seq[n_ids + j] = tok;
+        if (eos)
+            break;
+    }
+    free(seq);
+    if (rc) {
+        gguf_engine_reply_free(rp);
+        return rc;
+    }
+    r->reply = rp;
+    ce_note(r, "llama-server answered the whole generation with HTTP 500 (%.80s): asked one "
+               "token per request over its own tokens (%lld answered)", msg,
+            (long long)rp->n_pos);
+    if (n_unscored)
+        ce_note(r, "%lld generated token(s) inside a character came without probabilities: "
+                   "in the sequence, not compared", (long long)n_unscored);
+    return 0;
+}
+
+/* llama-server writes no probabilities for a generated token whose text ends
+ * inside a character (server-context.cpp process_token: add_token only when
+ * the text is complete), while `tokens` lists every token: such tokens become
+ * unscored positions, in the sequence and not compared. @return the number
+ * put in, -1 when the lists do not align (left to the caller's check), or
+ * GGUF_E_NOMEM. */
+static int64_t llama_align(gguf_engine_reply *rp)
+{
+    const int64_t n_gen = rp->n_pos - rp->n_prompt;
+    if (!rp->gen_ids || rp->n_gen_ids <= n_gen)
+        return 0;
+    gguf_engine_pos *np = calloc((size_t)(rp->n_prompt + rp->n_gen_ids), sizeof *np);
+    if (!np)
+        return GGUF_E_NOMEM;
+    int64_t k = 0, added = 0;
+    for (int64_t j = 0; j < rp->n_gen_ids; j++) {
+        gguf_engine_pos *dst = &np[rp->n_prompt + j];
+        if (k < n_gen && rp->pos[rp->n_prompt + k].id == rp->gen_ids[j]) {
+            *dst = rp->pos[rp->n_prompt + k++];
+        } else {
+            *dst = (gguf_engine_pos){.id = rp->gen_ids[j], .logprob = NAN, .unscored = true};
+            added++;
+        }
+    }
+    if (k < n_gen) {
+        free(np);
+        return -1;
+    }
+    memcpy(np, rp->pos, (size_t)rp->n_prompt * sizeof *np);
+    free(rp->pos);
+    rp->pos = np;
+    rp->n_pos = rp->n_prompt + rp->n_gen_ids;
+    return added;
+}
+
+/* --prompt-by-prefix: prompt positions 1.. of ids scored as the engine's next
+ * token after each prefix, put in front of rp's generated positions: the
+ * engine's top K there, the prompt token's log-probability where it is among
+ * them (else its alternatives alone are compared). */
+static int llama_score_prompt(ce_ctx *ctx, ce_result *r, gguf_engine_reply *rp,
+                              const int32_t *ids, int64_t n_ids, gguf_error *err)
+{
+    gguf_engine_pos *np = calloc((size_t)(n_ids + rp->n_pos), sizeof *np);
+    if (!np)
+        return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
+    np[0] = (gguf_engine_pos){.id = ids[0], .logprob = NAN, .prompt = true};
+    int64_t n_failed = 0;
+    for (int64_t i = 1; i < n_ids; i++) {
+        gguf_engine_pos q = {0};
+        bool have, eos;
+        int32_t tok;
+        long status;
+        gguf_error e = {0};
+        int rc = llama_next(ctx, ids, i, &q, &have, &tok, &eos, &status, &e);
+        if (rc && status != 500) {
+            for (int64_t k = 0; k < i; k++)
+                pos_clear(&np[k]);
+            free(np);
+            *err = e;
+            return rc;
+        }
+        if (rc || !have) {
+            /* its next token is not UTF-8 (500) or inside a character (no
+             * probabilities): the position is in the sequence, not compared */
+            np[i] = (gguf_engine_pos){.id = ids[i], .logprob = NAN, .prompt = true,
+                                      .unscored = true};
+            n_failed++;
+            continue;
+        }
+        free(q.text);
+        q.text = NULL;
+        q.logprob = NAN;
+        for (int32_t k = 0; k < q.n_top; k++)
+            if (q.top[k].id == ids[i])
+                q.logprob = q.top[k].logprob;
+        q.id = ids[i];
+        q.prompt = true;
+        np[i] = q;
+    }
+    memcpy(np + n_ids, rp->pos, (size_t)rp->n_pos * sizeof *np);
+    free(rp->pos);
+    rp->pos = np;
+    rp->n_pos += n_ids;
+    rp->n_prompt = n_ids;
+    if (n_failed == n_ids - 1 && rp->n_pos == n_ids)
+        return gguf_error_setf(err, GGUF_E_IO, 0, "POST %s/completion: llama-server failed on "
+                               "every request (HTTP 500 or no probabilities for each next token: "
+                               "its text is not UTF-8 at every step): no position to compare",
+                               refwd_http_url(ctx->http));
+    ce_note(r, "prompt positions by prefix: %lld scored one request each (n_predict 1 over each "
+               "prefix)%s", (long long)(n_ids - 1 - n_failed),
+            n_failed ? ", the others gave no probabilities: not compared" : "");
+    return 0;
+}
+
 int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
 {
     const gguf_engine_endpoint ep = ce_endpoint(ctx, p);
@@ -366,9 +631,21 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
               (ep != GGUF_EP_CHAT || ctx->api == GGUF_API_VLLM);
     char *body = NULL;
     size_t len = 0;
-    int rc = post(ctx, &rq, &body, &len, err);
-    if (!rc && (rc = gguf_engine_reply_parse(&r->reply, ep, body, len, err)))
+    long status;
+    int rc = post_status(ctx, &rq, &body, &len, &status, err);
+    bool by_prefix = ctx->prompt_by_prefix;
+    if (rc && status == 500 && ctx->api == GGUF_API_LLAMA_SERVER &&
+        (ep == GGUF_EP_COMPLETION || ep == GGUF_EP_CHAT)) {
+        /* llama-server fails on a generation that is not UTF-8: a verdict all
+         * the same, one token per request */
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "%s", err->message);
+        rc = llama_token_by_token(ctx, p, r, msg, err);
+        /* no generated position: the prompt's, by prefix, still give a verdict */
+        by_prefix |= !rc && r->reply->n_pos == 0 && !ctx->no_echo;
+    } else if (!rc && (rc = gguf_engine_reply_parse(&r->reply, ep, body, len, err))) {
         with_url(err, rc, ctx, path);
+    }
     free(body);
     if (rc)
         return rc;
@@ -380,7 +657,7 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
                                "POST %s%s: reply: usage.completion_tokens: missing (the echoed "
                                "prompt cannot be told from the generated tokens)",
                                refwd_http_url(ctx->http), path);
-    if (rp->n_pos - rp->n_prompt <= 0)
+    if (rp->n_pos - rp->n_prompt <= 0 && !by_prefix)
         return gguf_error_setf(err, GGUF_E_BAD_VALUE, 0,
                                "POST %s%s: the reply has no log-probabilities of generated "
                                "tokens (does the server return logprobs?)",
@@ -394,7 +671,7 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
                                refwd_http_url(ctx->http), path);
     if (ctx->no_echo)
         ce_note(r, "--no-echo: generated positions only");
-    else if (!rq.echo || rp->n_prompt == 0)
+    else if ((!rq.echo || rp->n_prompt == 0) && !by_prefix)
         ce_note(r, "%s: no prompt log-probabilities: generated positions only",
                 gguf_engine_api_name(ctx->api));
 
@@ -512,6 +789,23 @@ int ce_query(ce_ctx *ctx, const ce_prompt *p, ce_result *r, gguf_error *err)
                                    "the engine's prompt has %d there",
                                    refwd_http_url(ctx->http), path, (long long)i, got, want);
         }
+
+    if (ctx->api == GGUF_API_LLAMA_SERVER) {
+        const int64_t added = llama_align(rp);
+        if (added == GGUF_E_NOMEM) {
+            free(ids);
+            return gguf_error_setf(err, GGUF_E_NOMEM, 0, "out of memory");
+        }
+        if (added > 0)
+            ce_note(r, "%lld generated token(s) inside a character came without probabilities "
+                       "(llama-server scores only the token that completes one): in the "
+                       "sequence, not compared", (long long)added);
+    }
+    if (by_prefix && rp->n_prompt == 0 &&
+        (rc = llama_score_prompt(ctx, r, rp, ids, n_ids, err))) {
+        free(ids);
+        return rc;
+    }
 
     /* ids for text-only positions and alternatives: prompt positions from the
      * prompt's ids, generated ones from their text where it names one token */

@@ -44,6 +44,7 @@ enum {
     OPT_ENGINE,
     OPT_INJECT,
     OPT_PRECISION,
+    OPT_QUIRK,
 };
 
 static const cli_opt options[] = {
@@ -65,6 +66,8 @@ static const cli_opt options[] = {
      "once (default 16, or --queue + 1 if larger; 0: no limit); more are closed at once"},
     {OPT_THREADS, "threads", 1, "N", "matmul and dequantization threads of the forward (default 1)"},
     {OPT_PRECISION, "precision", 1, "f32|f64", "forward precision (default f32)"},
+    {OPT_QUIRK, "quirk", 1, "llama-utf8-500", "play an engine's known bug: llama-utf8-500 answers "
+     "a /completion whose text is not UTF-8 with llama-server's HTTP 500 (docs/serve.md)"},
     {OPT_TP, "tp", 1, "N", "serve N virtual tensor-parallel ranks of the shard plan"},
     {OPT_EP, "ep", 1, "M", "with --tp: expert-parallel size of the plan"},
     {OPT_ENGINE, "engine", 1, "vllm|sglang", "with --tp: whose sharding rules (default vllm)"},
@@ -128,6 +131,25 @@ static int be_token_text(void *user, int32_t id, char *buf, size_t size)
 {
     backend *b = user;
     return gguf_fwd_token_text(b->meta, id, buf, size);
+}
+
+/* The vocabulary's own string of a token (tokenizer.ggml.tokens[id]). */
+static int be_token_raw(void *user, int32_t id, char *buf, size_t size)
+{
+    backend *b = user;
+    const gguf_value *toks;
+    if (size)
+        buf[0] = 0;
+    if (gguf_get_arr(b->meta, "tokenizer.ggml.tokens", &toks, NULL) ||
+        toks->v.arr.type != GGUF_VALUE_STRING)
+        return GGUF_E_NOT_FOUND;
+    if (id < 0 || (uint64_t)id >= toks->v.arr.n || size == 0)
+        return GGUF_E_INVALID;
+    const gguf_str t = toks->v.arr.strs[id];
+    const size_t n = t.len < size - 1 ? t.len : size - 1;
+    memcpy(buf, t.data, n);
+    buf[n] = 0;
+    return (int)n;
 }
 
 /* ---- HTTP ---- */
@@ -484,6 +506,7 @@ typedef struct serve_args {
     uint64_t max_body;
     int64_t max_tokens;
     int queue, threads, tp, ep, precision;
+    unsigned quirks;
     unsigned request_timeout; /* seconds; 0: none */
     int max_per_client;       /* -1: the default, from --queue; 0: none */
     gguf_engine engine;
@@ -583,6 +606,14 @@ static int parse_args(int argc, char **argv, serve_args *a)
                 return -1;
             }
             a->threads = (int)v;
+            break;
+        case OPT_QUIRK:
+            if (strcmp(arg, "llama-utf8-500") == 0) {
+                a->quirks |= GGUF_SERVE_QUIRK_LLAMA_UTF8_500;
+            } else {
+                cli_errorf(spec.tool, "--quirk: '%s' is not llama-utf8-500", arg);
+                return -1;
+            }
             break;
         case OPT_PRECISION:
             if (strcmp(arg, "f32") == 0) {
@@ -754,6 +785,7 @@ int refwd_serve_main(int argc, char **argv)
     sm.reset = be_reset;
     sm.eval = be_eval;
     sm.token_text = be_token_text;
+    sm.token_raw = be_token_raw;
     gguf_error terr = {0};
     if (gguf_tokenizer_create(&be.tk, set, &terr) == 0) {
         sm.tokenize = be_tokenize;
@@ -777,6 +809,7 @@ int refwd_serve_main(int argc, char **argv)
     so.max_tokens = a.max_tokens;
     so.max_queue = a.queue ? a.queue : -1;
     so.created = (int64_t)time(NULL);
+    so.quirks = a.quirks;
     if ((rc = gguf_serve_create(&srv, &sm, &so, &err))) {
         cli_error(spec.tool, &err);
         ret = cli_exit_code(rc);

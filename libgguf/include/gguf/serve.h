@@ -98,6 +98,12 @@ typedef struct gguf_serve_model {
     /* Bytes of token id's text into buf (NUL-terminated, truncated to size);
      * "" for control tokens. @return bytes written or a negative gguf_status. */
     int (*token_text)(void *user, int32_t id, char *buf, size_t size);
+    /* The token's string as the vocabulary stores it ("<s>", "<0xE2>",
+     * "\u2581upon"), NUL-terminated, truncated to size: vLLM's
+     * return_token_strs, and control tokens in vLLM's decoded texts. NULL:
+     * token_text stands in, and control tokens are "". Thread-safe.
+     * @return bytes written or a negative gguf_status. */
+    int (*token_raw)(void *user, int32_t id, char *buf, size_t size);
 } gguf_serve_model;
 
 typedef struct gguf_serve_opts {
@@ -113,7 +119,15 @@ typedef struct gguf_serve_opts {
     int max_queue;          /* model requests that may wait behind the running
                                one; 0 = 16, -1 = none */
     int64_t created;        /* "created" of /v1/models (Unix time) */
+    unsigned quirks;        /* GGUF_SERVE_QUIRK_* bits: an engine's known bugs, played on
+                               purpose (clients' tests); 0: none */
 } gguf_serve_opts;
+
+/* llama-server before its PEG chat parser degraded gracefully (llama.cpp issue
+ * 27543): a /completion whose generated text is not valid UTF-8 answers HTTP
+ * 500 {"error": {"code": 500, "message": "Failed to parse input at pos 0:
+ * TEXT", "type": "server_error"}} instead of the completion. */
+#define GGUF_SERVE_QUIRK_LLAMA_UTF8_500 (1u << 0)
 
 typedef struct gguf_serve gguf_serve;
 

@@ -336,8 +336,11 @@ int gguf_engine_compare(gguf_engine_cmp **out, const gguf_engine_reply *r, int64
             }
         }
         /* a NaN from the engine (null in its JSON) where it owes a number is a
-         * divergence, whatever the tolerances */
-        bool engine_nan = isnan(p->logprob) && !unknown;
+         * divergence, whatever the tolerances; a prompt position scored as the
+         * next token of its prefix (check-engine --prompt-by-prefix) owes only
+         * its top K, which need not hold the prompt's own token */
+        const bool own_unknown = p->prompt && p->n_top > 0 && !own;
+        bool engine_nan = isnan(p->logprob) && !unknown && !own_unknown;
         for (int32_t k = 0; k < p->n_top; k++)
             engine_nan |= isnan(p->top[k].logprob);
         if (engine_nan) {

@@ -53,6 +53,7 @@ int gguf_serve_create(gguf_serve **out, const gguf_serve_model *model,
     s->max_logprobs = opts->max_logprobs ? opts->max_logprobs : 20;
     s->max_queue = opts->max_queue < 0 ? 0 : opts->max_queue ? opts->max_queue : 16;
     s->created = opts->created;
+    s->quirks = opts->quirks;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     atomic_init(&s->cancel, false);
@@ -143,7 +144,7 @@ static void queue_leave(gguf_serve *s, bool client_gone)
 /* ---- routes ---- */
 
 typedef enum route {
-    R_NONE = 0, R_HEALTH, R_MODELS, R_COMPLETIONS, R_LLAMA, R_TOKENIZE, R_DETOKENIZE, R_TOKINFO,
+    R_NONE = 0, R_HEALTH, R_MODELS, R_VERSION, R_COMPLETIONS, R_LLAMA, R_TOKENIZE, R_DETOKENIZE, R_TOKINFO,
 } route;
 
 static const struct {
@@ -155,7 +156,7 @@ static const struct {
     {"/v1/models", R_MODELS, "GET"},       {"/v1/completions", R_COMPLETIONS, "POST"},
     {"/completion", R_LLAMA, "POST"},      {"/completions", R_LLAMA, "POST"},
     {"/tokenize", R_TOKENIZE, "POST"},     {"/detokenize", R_DETOKENIZE, "POST"},
-    {"/tokenizer_info", R_TOKINFO, "GET"},
+    {"/tokenizer_info", R_TOKINFO, "GET"}, {"/version", R_VERSION, "GET"},
 };
 
 static int find_route(const char *path, size_t len)
@@ -209,7 +210,11 @@ static int run_completion(gguf_serve *s, serve_api api, const gguf_serve_request
             rc = serve_refuse(e, 503, "", "the server is shutting down");
         else if (rc && rc != GGUF_E_NOMEM)
             rc = serve_refuse(e, 500, "", "the forward pass failed: %s", ge.message);
-        if (!rc)
+        if (!rc && api == SERVE_API_LLAMA && (s->quirks & GGUF_SERVE_QUIRK_LLAMA_UTF8_500))
+            for (int64_t i = 0; i < q.n_prompts && !rc; i++)
+                if (!serve_utf8_valid(seqs[i].text ? seqs[i].text : "", seqs[i].text_len))
+                    rc = serve_llama_parse_error(&seqs[i], resp);
+        if (!rc && !resp->body)
             rc = serve_completion_response(s, &q, seqs, resp);
     }
     for (int64_t i = 0; i < q.n_prompts; i++)
@@ -260,6 +265,7 @@ static int dispatch(gguf_serve *s, const gguf_serve_request *req, const gguf_ser
     }
     case R_MODELS: return serve_models_response(s, resp);
     case R_TOKINFO: return serve_tokenizer_info_response(s, resp);
+    case R_VERSION: return serve_version_response(s, resp);
     case R_COMPLETIONS: return run_completion(s, SERVE_API_OPENAI, req, cl, resp, e);
     case R_LLAMA: return run_completion(s, SERVE_API_LLAMA, req, cl, resp, e);
     case R_TOKENIZE:

@@ -17,11 +17,13 @@
 #include <stdint.h>
 
 #include "gguf/serve.h"
+#include "gguf/version.h"
 
 #define SERVE_MAX_STOP 16          /* stop strings per request */
 #define SERVE_MAX_STOP_LEN 512     /* bytes of one stop string */
 #define SERVE_MAX_STOP_IDS 256     /* stop_token_ids per request */
 #define SERVE_PIECE_MAX 512        /* bytes of one token's text */
+#define SERVE_FINGERPRINT "ggufkit-" GGUF_VERSION_STRING /* system_fingerprint */
 #define SERVE_CHUNK_FLOATS (8u << 20) /* logits floats per eval call (32 MiB) */
 
 struct gguf_serve {
@@ -34,6 +36,7 @@ struct gguf_serve {
     int max_logprobs;
     int max_queue;           /* waiting requests allowed behind the running one */
     int64_t created;
+    unsigned quirks;         /* GGUF_SERVE_QUIRK_* */
     /* queue: a ticket lock, so that waiting requests run in arrival order */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -77,7 +80,8 @@ typedef struct serve_creq {
     bool ignore_eos;
     bool tokens_as_ids;      /* return_tokens_as_token_ids */
     bool return_token_ids;
-    bool stream;             /* answered as one server-sent event */
+    bool stream;             /* answered as server-sent events, a chunk per token */
+    bool include_usage;      /* stream_options.include_usage: a last chunk with usage */
     bool prompt_logprobs_field; /* the choice carries vLLM's prompt_logprobs */
     int n_probs;             /* llama-server `n_probs`; 0: none */
     bool return_tokens;      /* llama-server `return_tokens` */
@@ -156,6 +160,9 @@ int serve_tokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_res
 int serve_detokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_response *r);
 int serve_models_response(gguf_serve *s, gguf_serve_response *r);
 int serve_tokenizer_info_response(gguf_serve *s, gguf_serve_response *r);
+int serve_version_response(gguf_serve *s, gguf_serve_response *r);
+/* GGUF_SERVE_QUIRK_LLAMA_UTF8_500: llama-server's 500 for sq's text. */
+int serve_llama_parse_error(const serve_seq *sq, gguf_serve_response *r);
 /* json -> r->body (compact, 17 significant digits); takes the reference. */
 int serve_json_response(json_t *root, int status, gguf_serve_response *r);
 
@@ -189,5 +196,33 @@ json_t *serve_json_text(const char *p, size_t n);
 json_t *serve_json_token(const gguf_serve *s, int32_t id, bool as_id);
 /* The text of a whole sequence (strip_space applied), into b. */
 void serve_decode(const gguf_serve *s, const int32_t *ids, int64_t n, serve_buf *b);
+
+/* The token's string as the vocabulary stores it (token_raw; else its text),
+ * repaired; NULL on NOMEM. */
+json_t *serve_json_raw(const gguf_serve *s, int32_t id);
+/* vLLM's texts (its Hugging Face tokenizer's decode, serve_text.c): the raw
+ * bytes of ids with control tokens as their vocabulary string and the first
+ * other token's leading space dropped (strip_space), appended to b. */
+void serve_hf_decode(const gguf_serve *s, const int32_t *ids, int64_t n, serve_buf *b);
+/* Whether the repaired text of p[0..n) ends with a whole character that is
+ * not U+FFFD (vLLM's detokenizer holds back text that does not). */
+bool serve_text_ends_whole(const char *p, size_t n);
+/* The generated text of ids[0..n) as vLLM's detokenizer writes it (control
+ * tokens skipped, the first token's leading space kept, text that ends inside
+ * a character held back until a later token completes it and never written
+ * if none does; with stop, which the last token completed, cut before its
+ * first occurrence), into out (reset). emit[g] (NULL: not wanted) = bytes of
+ * out a stream has written once token g was generated: what was taken but
+ * its last `hold` characters (vLLM holds back the longest stop string less
+ * one), all of it after the last token.
+ * @return 0 or GGUF_E_NOMEM. */
+int serve_vllm_gen_text(const gguf_serve *s, const int32_t *ids, int64_t n, const char *stop,
+                        size_t stop_len, int64_t hold, serve_buf *out, int64_t *emit);
+/* The text vLLM writes for token id after the tokens ctx[0..n_ctx) (the
+ * sequence's earlier tokens, of which it reads the last four): its decoded
+ * text, or where that ends inside a character, the character it completes
+ * or "" (vLLM's _correct_decoded_token). Valid UTF-8, into out (reset). */
+void serve_vllm_token(const gguf_serve *s, int32_t id, const int32_t *ctx, int64_t n_ctx,
+                      serve_buf *out);
 
 #endif

@@ -549,6 +549,14 @@ static int parse_openai(gguf_serve *s, json_t *o, serve_creq *q, serve_err *e)
         get_bool(o, "skip_special_tokens", &b, e) < 0 ||
         get_bool(o, "include_stop_str_in_output", &b, e) < 0)
         return -1;
+    json_t *so = field(o, "stream_options");
+    if (so && !json_is_object(so))
+        return serve_refuse(e, 400, "stream_options", "`stream_options` must be an object");
+    if (so && (get_bool(so, "include_usage", &q->include_usage, e) < 0 ||
+               get_bool(so, "continuous_usage_stats", &b, e) < 0))
+        return -1;
+    if (so && !q->stream)
+        return serve_refuse(e, 400, "stream_options", "`stream_options` needs `stream` true");
     int64_t v, seed;
     if (get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, e) < 0)
         return -1;

@@ -109,29 +109,50 @@ int serve_error_response(const serve_err *e, gguf_serve_response *r)
 
 /* ---- /v1/completions ---- */
 
-/* The text a token shows in `tokens` and as a top_logprobs key. */
-static json_t *tok(const gguf_serve *s, const serve_creq *q, int32_t id)
+/* The text of token `id` at position i of sq in `tokens`, as a top_logprobs
+ * key or as decoded_token: vLLM decodes each with the earlier tokens of its
+ * kind as context (a prompt position: the prompt's tokens after the first,
+ * whose entry is null; a generated one: the tokens generated before it);
+ * with `scored` false (the echoed first token) the token alone. */
+static json_t *tok_at(const gguf_serve *s, const serve_creq *q, const serve_seq *sq, int64_t i,
+                      int32_t id, bool scored)
 {
-    return serve_json_token(s, id, q->tokens_as_ids);
+    if (q->tokens_as_ids)
+        return serve_json_token(s, id, true);
+    serve_buf t = {0};
+    if (!scored) {
+        serve_buf raw = {0};
+        serve_hf_decode(s, &id, 1, &raw);
+        json_t *j = raw.nomem ? NULL : serve_json_text(raw.p, raw.n);
+        serve_buf_free(&raw);
+        return j;
+    }
+    const int64_t from = i < sq->n_prompt ? 1 : sq->n_prompt;
+    const int64_t n_ctx = i > from ? i - from : 0;
+    serve_vllm_token(s, id, sq->ids + (i - n_ctx), n_ctx, &t);
+    json_t *j = t.nomem ? NULL : json_stringn(t.p ? t.p : "", t.n);
+    serve_buf_free(&t);
+    return j;
 }
 
-/* Positions [from, to) of seq in vLLM's CompletionLogProbs. */
+/* Positions [from, to) of seq in vLLM's CompletionLogProbs; text_offset
+ * starts at *offset and *offset ends past the last token (a stream's chunks
+ * continue it). */
 static json_t *openai_logprobs(const gguf_serve *s, const serve_creq *q, const serve_seq *sq,
-                               int64_t from, int64_t to, int k, jb *b)
+                               int64_t from, int64_t to, int k, int64_t *offset, jb *b)
 {
     json_t *lp = jchk(b, json_object());
     json_t *offs = jchk(b, json_array()), *tlp = jchk(b, json_array());
     json_t *toks = jchk(b, json_array()), *top = jchk(b, json_array());
-    int64_t offset = 0;
     for (int64_t i = from; i < to && !b->bad; i++) {
         const int32_t id = sq->ids[i];
-        json_t *t = jchk(b, tok(s, q, id));
+        json_t *t = jchk(b, tok_at(s, q, sq, i, id, sq->scored[i]));
         if (!t)
             break;
         json_incref(t); /* kept for the top_logprobs key below */
         jpush(b, toks, t);
-        jpush(b, offs, json_integer(offset));
-        offset += serve_utf8_count(json_string_value(t), json_string_length(t));
+        jpush(b, offs, json_integer(*offset));
+        *offset += serve_utf8_count(json_string_value(t), json_string_length(t));
         if (!sq->scored[i]) {
             jpush(b, tlp, json_null());
             jpush(b, top, json_null());
@@ -146,7 +167,7 @@ static json_t *openai_logprobs(const gguf_serve *s, const serve_creq *q, const s
             const int32_t tid = sq->top_id[i * sq->k + j];
             if (tid < 0)
                 break;
-            json_t *key = jchk(b, tok(s, q, tid));
+            json_t *key = jchk(b, tok_at(s, q, sq, i, tid, true));
             if (key)
                 jset(b, d, json_string_value(key), jlp(sq->top_lp[i * sq->k + j]));
             json_decref(key);
@@ -184,7 +205,12 @@ static json_t *prompt_logprobs(const gguf_serve *s, const serve_creq *q, const s
             json_t *e = jchk(b, json_object());
             jset(b, e, "logprob", jlp(j < 0 ? sq->lp[i] : sq->top_lp[i * sq->k + j]));
             jset(b, e, "rank", json_integer(rank));
-            jset(b, e, "decoded_token", tok(s, q, id));
+            /* the real text, never "token_id:N" (vLLM's Logprob.decoded_token) */
+            serve_buf t = {0};
+            const int64_t n_ctx = i > 1 ? i - 1 : 0;
+            serve_vllm_token(s, id, sq->ids + (i - n_ctx), n_ctx, &t);
+            jset(b, e, "decoded_token", t.nomem ? NULL : json_stringn(t.p ? t.p : "", t.n));
+            serve_buf_free(&t);
             jset(b, d, key, e);
         }
         jpush(b, a, d);
@@ -200,29 +226,45 @@ static json_t *id_array(const int32_t *ids, int64_t n, jb *b)
     return a;
 }
 
-static json_t *openai_choice(const gguf_serve *s, const serve_creq *q, const serve_prompt *p,
-                             const serve_seq *sq, int64_t index, jb *b)
+/* The generated text as vLLM writes it, into text; emit[g]: how much of it a
+ * stream has written after token g (vLLM's detokenizer holds back text that
+ * ends inside a character). NULL on NOMEM. */
+static int64_t *gen_text(const gguf_serve *s, const serve_creq *q, const serve_seq *sq,
+                         serve_buf *text)
 {
-    json_t *c = jchk(b, json_object());
-    jset(b, c, "index", json_integer(index));
-    serve_buf text = {0};
-    if (q->echo) {
-        if (p->text)
-            serve_buf_add(&text, p->text, p->text_len);
-        else
-            serve_decode(s, sq->ids, sq->n_prompt, &text);
+    int64_t *emit = malloc((size_t)(sq->n_gen + 1) * sizeof *emit);
+    const bool stop = sq->finish == SERVE_FIN_STOP_STR;
+    int64_t hold = 0; /* the longest stop string in characters, less one */
+    for (int i = 0; i < q->n_stop; i++) {
+        const int64_t c = serve_utf8_count(q->stop[i], q->stop_len[i]);
+        if (c - 1 > hold)
+            hold = c - 1;
     }
-    serve_buf_add(&text, sq->text ? sq->text : "", sq->text_len);
-    b->bad |= text.nomem;
-    jset(b, c, "text", serve_json_text(text.p ? text.p : "", text.n));
-    serve_buf_free(&text);
-    if (q->logprobs >= 0) {
-        const int64_t from = q->echo ? 0 : sq->n_prompt;
-        jset(b, c, "logprobs",
-             openai_logprobs(s, q, sq, from, sq->n_prompt + sq->n_gen, q->logprobs, b));
-    } else {
-        jset(b, c, "logprobs", json_null());
+    if (!emit || serve_vllm_gen_text(s, sq->ids + sq->n_prompt, sq->n_gen,
+                                     stop ? q->stop[sq->stop_index] : NULL,
+                                     stop ? q->stop_len[sq->stop_index] : 0, hold, text, emit)) {
+        free(emit);
+        return NULL;
     }
+    return emit;
+}
+
+/* The echoed prompt: a text prompt as sent, token ids decoded (control
+ * tokens as their text); "" with return_token_ids, as vLLM does. */
+static void prompt_text(const gguf_serve *s, const serve_creq *q, const serve_prompt *p,
+                        const serve_seq *sq, serve_buf *text)
+{
+    serve_buf_add(text, "", 0);
+    if (q->return_token_ids)
+        return;
+    if (p->text)
+        serve_buf_add(text, p->text, p->text_len);
+    else
+        serve_hf_decode(s, sq->ids, sq->n_prompt, text);
+}
+
+static void set_finish(jb *b, json_t *c, const serve_creq *q, const serve_seq *sq)
+{
     jset(b, c, "finish_reason", json_string(sq->finish == SERVE_FIN_LENGTH ? "length" : "stop"));
     if (sq->finish == SERVE_FIN_STOP_STR)
         jset(b, c, "stop_reason",
@@ -231,42 +273,225 @@ static json_t *openai_choice(const gguf_serve *s, const serve_creq *q, const ser
         jset(b, c, "stop_reason", json_integer(sq->stop_id));
     else
         jset(b, c, "stop_reason", json_null());
-    if (q->prompt_logprobs_field)
-        jset(b, c, "prompt_logprobs", prompt_logprobs(s, q, sq, b));
-    if (q->return_token_ids) {
-        jset(b, c, "prompt_token_ids", id_array(sq->ids, sq->n_prompt, b));
-        jset(b, c, "token_ids", id_array(sq->ids + sq->n_prompt, sq->n_gen, b));
+}
+
+static json_t *openai_choice(const gguf_serve *s, const serve_creq *q, const serve_prompt *p,
+                             const serve_seq *sq, int64_t index, jb *b)
+{
+    json_t *c = jchk(b, json_object());
+    jset(b, c, "index", json_integer(index));
+    serve_buf text = {0};
+    if (q->echo)
+        prompt_text(s, q, p, sq, &text);
+    serve_buf gen = {0};
+    int64_t *emit = gen_text(s, q, sq, &gen);
+    b->bad |= !emit;
+    if (emit && q->max_tokens > 0)
+        serve_buf_add(&text, gen.p, gen.n);
+    free(emit);
+    serve_buf_free(&gen);
+    b->bad |= text.nomem;
+    jset(b, c, "text", serve_json_text(text.p ? text.p : "", text.n));
+    serve_buf_free(&text);
+    if (q->logprobs >= 0) {
+        const int64_t from = q->echo ? 0 : sq->n_prompt;
+        int64_t offset = 0;
+        jset(b, c, "logprobs", openai_logprobs(s, q, sq, from, sq->n_prompt + sq->n_gen,
+                                               q->logprobs, &offset, b));
+    } else {
+        jset(b, c, "logprobs", json_null());
     }
+    set_finish(b, c, q, sq);
+    jset(b, c, "token_ids", q->return_token_ids ? id_array(sq->ids + sq->n_prompt, sq->n_gen, b)
+                                                : json_null());
+    jset(b, c, "prompt_logprobs",
+         q->prompt_logprobs_field ? prompt_logprobs(s, q, sq, b) : json_null());
+    jset(b, c, "prompt_token_ids",
+         q->return_token_ids ? id_array(sq->ids, sq->n_prompt, b) : json_null());
+    jset(b, c, "routed_experts", json_null());
     return c;
+}
+
+/* vLLM counts the one token it generates for an echo with max_tokens 0
+ * (it asks its engine for one and returns none). */
+static int64_t counted_gen(const serve_creq *q, const serve_seq *sq)
+{
+    return q->echo && q->max_tokens == 0 ? 1 : sq->n_gen;
+}
+
+static json_t *usage(int64_t n_prompt, int64_t n_gen, bool details, jb *b)
+{
+    json_t *u = jchk(b, json_object());
+    jset(b, u, "prompt_tokens", json_integer(n_prompt));
+    jset(b, u, "total_tokens", json_integer(n_prompt + n_gen));
+    jset(b, u, "completion_tokens", json_integer(n_gen));
+    if (details) {
+        jset(b, u, "prompt_tokens_details", json_null());
+        jset(b, u, "completion_tokens_details", json_null());
+    }
+    return u;
+}
+
+/* The fields every response of one request shares: id, object, created, model. */
+static json_t *openai_head(gguf_serve *s, const char *cid, int64_t created, jb *b)
+{
+    json_t *root = jchk(b, json_object());
+    jset(b, root, "id", json_string(cid));
+    jset(b, root, "object", json_string("text_completion"));
+    jset(b, root, "created", json_integer((json_int_t)created));
+    jset(b, root, "model", json_string(s->model_name));
+    return root;
+}
+
+static void completion_id(gguf_serve *s, char *cid, size_t size)
+{
+    pthread_mutex_lock(&s->mu);
+    const uint64_t id = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(cid, size, "cmpl-%016llx%08llx", (unsigned long long)id,
+             (unsigned long long)(s->created & 0xFFFFFFFF));
 }
 
 static json_t *openai_response(gguf_serve *s, const serve_creq *q, const serve_seq *seqs, jb *b)
 {
-    json_t *root = jchk(b, json_object());
-    pthread_mutex_lock(&s->mu);
-    const uint64_t id = ++s->next_id;
-    pthread_mutex_unlock(&s->mu);
     char cid[48];
-    snprintf(cid, sizeof cid, "cmpl-%016llx%08llx", (unsigned long long)id,
-             (unsigned long long)(s->created & 0xFFFFFFFF));
-    jset(b, root, "id", json_string(cid));
-    jset(b, root, "object", json_string("text_completion"));
-    jset(b, root, "created", json_integer((json_int_t)time(NULL)));
-    jset(b, root, "model", json_string(s->model_name));
+    completion_id(s, cid, sizeof cid);
+    json_t *root = openai_head(s, cid, (int64_t)time(NULL), b);
     json_t *choices = jchk(b, json_array());
     int64_t n_prompt = 0, n_gen = 0;
     for (int64_t i = 0; i < q->n_prompts && !b->bad; i++) {
         jpush(b, choices, openai_choice(s, q, &q->prompts[i], &seqs[i], i, b));
         n_prompt += seqs[i].n_prompt;
-        n_gen += seqs[i].n_gen;
+        n_gen += counted_gen(q, &seqs[i]);
     }
     jset(b, root, "choices", choices);
-    json_t *usage = jchk(b, json_object());
-    jset(b, usage, "prompt_tokens", json_integer(n_prompt));
-    jset(b, usage, "total_tokens", json_integer(n_prompt + n_gen));
-    jset(b, usage, "completion_tokens", json_integer(n_gen));
-    jset(b, root, "usage", usage);
+    jset(b, root, "service_tier", json_null());
+    jset(b, root, "system_fingerprint", json_string(SERVE_FINGERPRINT));
+    jset(b, root, "usage", usage(n_prompt, n_gen, true, b));
+    jset(b, root, "kv_transfer_params", json_null());
+    jset(b, root, "ec_transfer_params", json_null());
+    jset(b, root, "metrics", json_null());
     return root;
+}
+
+/* ---- stream: true ----
+ * vLLM's completion_stream_generator: per prompt, one chunk per generated
+ * token (the first with the echoed prompt in front of it; an echo with
+ * max_tokens 0 is one chunk of the prompt), each {id, object, created, model,
+ * choices: [{index, text, logprobs, finish_reason, stop_reason,
+ * prompt_token_ids, token_ids}]}; the text a chunk adds is what the
+ * detokenizer lets out at that token (often "" inside a character);
+ * finish_reason is null but on the last chunk, which also carries
+ * system_fingerprint; with stream_options.include_usage a last chunk of
+ * {..., choices: [], usage, system_fingerprint} instead; then [DONE]. The
+ * chunks are written once the whole answer is known (docs/serve.md). */
+
+static int sse_add(serve_buf *out, json_t *chunk, jb *b)
+{
+    char *js = !b->bad && chunk ? json_dumps(chunk, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(chunk);
+    if (!js) {
+        b->bad = true;
+        return -1;
+    }
+    serve_buf_add(out, "data: ", 6);
+    serve_buf_add(out, js, strlen(js));
+    serve_buf_add(out, "\n\n", 2);
+    free(js);
+    return 0;
+}
+
+static void stream_prompt(gguf_serve *s, const serve_creq *q, const serve_prompt *p,
+                          const serve_seq *sq, int64_t index, const char *cid, int64_t created,
+                          serve_buf *out, jb *b)
+{
+    serve_buf gen = {0};
+    int64_t *emit = gen_text(s, q, sq, &gen);
+    if (!emit) {
+        serve_buf_free(&gen);
+        b->bad = true;
+        return;
+    }
+    /* chunks: max_tokens 0 with echo: the prompt alone; else one per token */
+    const bool prompt_only = q->echo && q->max_tokens == 0;
+    const int64_t n_chunks = prompt_only ? 1 : sq->n_gen;
+    int64_t offset = 0, emitted = 0;
+    for (int64_t g = 0; g < n_chunks && !b->bad; g++) {
+        json_t *chunk = openai_head(s, cid, created, b);
+        json_t *choices = jchk(b, json_array()), *c = jchk(b, json_object());
+        jset(b, c, "index", json_integer(index));
+        serve_buf text = {0};
+        const bool first = g == 0;
+        if (first && q->echo)
+            prompt_text(s, q, p, sq, &text);
+        else
+            serve_buf_add(&text, "", 0);
+        if (!prompt_only) {
+            serve_buf_add(&text, gen.p + emitted, (size_t)(emit[g] - emitted));
+            emitted = emit[g];
+        }
+        b->bad |= text.nomem;
+        jset(b, c, "text", serve_json_text(text.p ? text.p : "", text.n));
+        serve_buf_free(&text);
+        const int64_t from = first && q->echo ? 0 : sq->n_prompt + g;
+        const int64_t to = prompt_only ? sq->n_prompt : sq->n_prompt + g + 1;
+        jset(b, c, "logprobs", q->logprobs >= 0
+                                   ? openai_logprobs(s, q, sq, from, to, q->logprobs, &offset, b)
+                                   : json_null());
+        const bool last = g + 1 == n_chunks;
+        if (last) {
+            set_finish(b, c, q, sq);
+        } else {
+            jset(b, c, "finish_reason", json_null());
+            jset(b, c, "stop_reason", json_null());
+        }
+        /* the prompt's ids ride on the first chunk of an echo, or of return_token_ids */
+        jset(b, c, "prompt_token_ids", first && (q->echo || q->return_token_ids)
+                                           ? id_array(sq->ids, sq->n_prompt, b) : json_null());
+        jset(b, c, "token_ids", q->return_token_ids
+                                    ? id_array(sq->ids + sq->n_prompt + g, prompt_only ? 0 : 1, b)
+                                    : json_null());
+        jpush(b, choices, c);
+        jset(b, chunk, "choices", choices);
+        if (last && !q->include_usage)
+            jset(b, chunk, "system_fingerprint", json_string(SERVE_FINGERPRINT));
+        sse_add(out, chunk, b);
+    }
+    free(emit);
+    serve_buf_free(&gen);
+}
+
+static int openai_stream(gguf_serve *s, const serve_creq *q, const serve_seq *seqs,
+                         gguf_serve_response *r)
+{
+    jb b = {0};
+    char cid[48];
+    completion_id(s, cid, sizeof cid);
+    const int64_t created = (int64_t)time(NULL);
+    serve_buf out = {0};
+    int64_t n_prompt = 0, n_gen = 0;
+    for (int64_t i = 0; i < q->n_prompts && !b.bad; i++) {
+        stream_prompt(s, q, &q->prompts[i], &seqs[i], i, cid, created, &out, &b);
+        n_prompt += seqs[i].n_prompt;
+        n_gen += counted_gen(q, &seqs[i]);
+    }
+    if (q->include_usage && !b.bad) {
+        json_t *chunk = openai_head(s, cid, created, &b);
+        jset(&b, chunk, "choices", jchk(&b, json_array()));
+        jset(&b, chunk, "usage", usage(n_prompt, n_gen, false, &b));
+        jset(&b, chunk, "system_fingerprint", json_string(SERVE_FINGERPRINT));
+        sse_add(&out, chunk, &b);
+    }
+    serve_buf_add(&out, "data: [DONE]\n\n", 14);
+    if (b.bad || out.nomem) {
+        serve_buf_free(&out);
+        return GGUF_E_NOMEM;
+    }
+    r->status = 200;
+    r->content_type = "text/event-stream";
+    r->body = out.p;
+    r->body_len = out.n;
+    return 0;
 }
 
 /* ---- /completion (llama-server) ---- */
@@ -354,6 +579,8 @@ int serve_completion_response(gguf_serve *s, const serve_creq *q, const serve_se
             for (int64_t i = 0; i < q->n_prompts && !b.bad; i++)
                 jpush(&b, root, llama_one(s, q, &q->prompts[i], &seqs[i], i, &b));
         }
+    } else if (q->stream) {
+        return openai_stream(s, q, seqs, r);
     } else {
         root = openai_response(s, q, seqs, &b);
     }
@@ -361,21 +588,7 @@ int serve_completion_response(gguf_serve *s, const serve_creq *q, const serve_se
         json_decref(root);
         return GGUF_E_NOMEM;
     }
-    int rc = serve_json_response(root, 200, r);
-    if (rc || !q->stream)
-        return rc;
-    /* stream: the whole answer as one server-sent event, as vLLM answers a
-     * streaming request it did not stream */
-    const size_t n = r->body_len + 32;
-    char *ev = malloc(n);
-    if (!ev)
-        return GGUF_E_NOMEM;
-    const int len = snprintf(ev, n, "data: %s\n\ndata: [DONE]\n\n", r->body);
-    free(r->body);
-    r->body = ev;
-    r->body_len = (size_t)len;
-    r->content_type = "text/event-stream";
-    return 0;
+    return serve_json_response(root, 200, r);
 }
 
 /* ---- tokenizer endpoints ---- */
@@ -399,9 +612,11 @@ int serve_tokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_res
     jset(&b, root, "max_model_len", json_integer(s->m.n_ctx > 0 ? s->m.n_ctx : s->max_tokens));
     jset(&b, root, "tokens", toks);
     if (q->return_token_strs) {
+        /* the vocabulary's own strings (HF's convert_ids_to_tokens: "<0xE2>",
+         * "\u2581upon", "<s>"), as vLLM returns them */
         json_t *strs = jchk(&b, json_array());
         for (int64_t i = 0; i < q->n && !b.bad; i++)
-            jpush(&b, strs, serve_json_token(s, q->ids[i], false));
+            jpush(&b, strs, serve_json_raw(s, q->ids[i]));
         jset(&b, root, "token_strs", strs);
     } else if (!q->llama) {
         jset(&b, root, "token_strs", json_null());
@@ -416,13 +631,15 @@ int serve_tokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_res
 int serve_detokenize_response(gguf_serve *s, const serve_tokreq *q, gguf_serve_response *r)
 {
     jb b = {0};
-    serve_buf text = {0};
+    serve_buf text = {0}, vtext = {0};
     serve_decode(s, q->ids, q->n, &text);
-    b.bad |= text.nomem;
+    serve_hf_decode(s, q->ids, q->n, &vtext); /* vLLM: control tokens as their text */
+    b.bad |= text.nomem || vtext.nomem;
     json_t *root = jchk(&b, json_object());
-    jset(&b, root, "prompt", serve_json_text(text.p ? text.p : "", text.n));
+    jset(&b, root, "prompt", serve_json_text(vtext.p ? vtext.p : "", vtext.n));
     jset(&b, root, "content", serve_json_text(text.p ? text.p : "", text.n));
     serve_buf_free(&text);
+    serve_buf_free(&vtext);
     if (b.bad) {
         json_decref(root);
         return GGUF_E_NOMEM;
@@ -442,6 +659,24 @@ int serve_models_response(gguf_serve *s, gguf_serve_response *r)
     jset(&b, card, "root", json_string(s->model_name));
     jset(&b, card, "parent", json_null());
     jset(&b, card, "max_model_len", json_integer(s->m.n_ctx > 0 ? s->m.n_ctx : s->max_tokens));
+    /* vLLM's ModelPermission, fixed values (vllm/entrypoints/openai/engine/protocol.py) */
+    json_t *perm = jchk(&b, json_object()), *perms = jchk(&b, json_array());
+    char pid[48];
+    snprintf(pid, sizeof pid, "modelperm-%016llx", (unsigned long long)s->created);
+    jset(&b, perm, "id", json_string(pid));
+    jset(&b, perm, "object", json_string("model_permission"));
+    jset(&b, perm, "created", json_integer(s->created));
+    jset(&b, perm, "allow_create_engine", json_false());
+    jset(&b, perm, "allow_sampling", json_true());
+    jset(&b, perm, "allow_logprobs", json_true());
+    jset(&b, perm, "allow_search_indices", json_false());
+    jset(&b, perm, "allow_view", json_true());
+    jset(&b, perm, "allow_fine_tuning", json_false());
+    jset(&b, perm, "organization", json_string("*"));
+    jset(&b, perm, "group", json_null());
+    jset(&b, perm, "is_blocking", json_false());
+    jpush(&b, perms, perm);
+    jset(&b, card, "permission", perms);
     jpush(&b, data, card);
     jset(&b, root, "object", json_string("list"));
     jset(&b, root, "data", data);
@@ -450,6 +685,34 @@ int serve_models_response(gguf_serve *s, gguf_serve_response *r)
         return GGUF_E_NOMEM;
     }
     return serve_json_response(root, 200, r);
+}
+
+int serve_llama_parse_error(const serve_seq *sq, gguf_serve_response *r)
+{
+    /* llama-server's error body (server-common.cpp format_error_response),
+     * its message as common_chat_peg_parse threw it, the text repaired as its
+     * JSON dump repairs it */
+    serve_buf m = {0};
+    serve_buf_add(&m, "Failed to parse input at pos 0: ", 32);
+    serve_buf_add(&m, sq->text ? sq->text : "", sq->text_len);
+    json_t *e = json_object(), *root = json_object();
+    if (m.nomem || !e || !root || json_object_set_new(e, "code", json_integer(500)) ||
+        json_object_set_new(e, "message", serve_json_text(m.p, m.n)) ||
+        json_object_set_new(e, "type", json_string("server_error")) ||
+        json_object_set_new(root, "error", e)) {
+        serve_buf_free(&m);
+        json_decref(root);
+        return GGUF_E_NOMEM;
+    }
+    serve_buf_free(&m);
+    return serve_json_response(root, 500, r);
+}
+
+int serve_version_response(gguf_serve *s, gguf_serve_response *r)
+{
+    (void)s;
+    json_t *o = json_pack("{s:s}", "version", "ggufkit-" GGUF_VERSION_STRING);
+    return serve_json_response(o, 200, r);
 }
 
 int serve_tokenizer_info_response(gguf_serve *s, gguf_serve_response *r)
