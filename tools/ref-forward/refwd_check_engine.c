@@ -781,6 +781,7 @@ int refwd_check_engine_main(int argc, char **argv)
     }
     o.diag.layers = true;
     o.diag.n_threads = o.threads;
+    o.diag.drop_pages = !gguf_model_path_is_hf(o.model ? o.model : "");
     if (!o.diag.n_jobs) {
         const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         const int per = o.threads > 0 ? o.threads : 1;

@@ -60,6 +60,8 @@ typedef struct gguf_diag_opts {
     bool layers;                 /* step 2 of the search */
     int n_jobs;                  /* candidates run at once (0: 1) */
     int n_threads;               /* matmul threads of each run (0: 1) */
+    bool drop_pages;             /* gguf_fwd_opts.drop_pages of each run: only for a
+                                    model mapped from files */
     int64_t max_runs;            /* refuse a step 1 of more runs, skip a step 2 that
                                     would exceed it (0: no bound) */
     volatile sig_atomic_t *cancel; /* non-zero stops the search: GGUF_E_INTERRUPTED */

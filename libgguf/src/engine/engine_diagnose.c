@@ -205,7 +205,7 @@ typedef struct search {
     const gguf_engine_tol *tol;
     const gguf_diag_opts *o;
     cand *c;
-    int64_t first, end;          /* the candidates of this step */
+    int64_t end;                 /* the end of this step's candidates */
     int64_t next;                /* the next to take (under mu) */
     int64_t done, total;         /* runs, for progress */
     pthread_mutex_t mu;
@@ -215,7 +215,7 @@ typedef struct search {
 
 /* One faulty reference over one answer: its comparison with the engine. */
 static int run_answer(const gguf_model *m, const gguf_shard_plan *plan, const gguf_diag_answer *a,
-                      const gguf_engine_tol *tol, int n_threads, gguf_engine_cmp **cmp,
+                      const gguf_engine_tol *tol, const gguf_diag_opts *o, gguf_engine_cmp **cmp,
                       gguf_error *err)
 {
     const int64_t V = gguf_model_hparams(m)->n_vocab;
@@ -228,7 +228,8 @@ static int run_answer(const gguf_model *m, const gguf_shard_plan *plan, const gg
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "diagnose: out of memory for %lld "
                          "rows of logits", (long long)n_eval);
     gguf_fwd_opts fo = {0};
-    fo.n_threads = n_threads;
+    fo.n_threads = o->n_threads > 0 ? o->n_threads : 1;
+    fo.drop_pages = o->drop_pages;
     gguf_fwd_ctx *ctx = NULL;
     int rc = gguf_fwd_tp_create(&ctx, m, plan, &fo, err);
     if (!rc)
@@ -274,7 +275,6 @@ static int run_candidate(search *s, cand *c, gguf_error *err)
     gguf_engine_cmp **cmp = calloc((size_t)s->n_answers, sizeof *cmp);
     if (!cmp)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "diagnose: out of memory");
-    const int threads = s->o->n_threads > 0 ? s->o->n_threads : 1;
     int rc = faulty_plan(&plan, s->m, s->o, c->out.tp, c->out.ep, c->out.fault, c->out.layer,
                          err);
     for (int i = 0; !rc && i < s->n_answers; i++) {
@@ -282,7 +282,7 @@ static int run_candidate(search *s, cand *c, gguf_error *err)
             rc = gguf_fail(err, GGUF_E_INTERRUPTED, GGUF_NO_OFFSET, "diagnose: cancelled");
             break;
         }
-        rc = run_answer(s->m, plan, &s->answers[i], s->tol, threads, &cmp[i], err);
+        rc = run_answer(s->m, plan, &s->answers[i], s->tol, s->o, &cmp[i], err);
         pthread_mutex_lock(&s->mu);
         s->done++;
         if (s->o->progress)
@@ -329,7 +329,7 @@ static void *worker(void *arg)
 /* Run candidates [first, end) on n_jobs threads (the caller is one of them). */
 static int run_step(search *s, int64_t first, int64_t end, gguf_error *err)
 {
-    s->first = s->next = first;
+    s->next = first;
     s->end = end;
     const int jobs = s->o->n_jobs > 1 ? s->o->n_jobs : 1;
     pthread_t th[64];
