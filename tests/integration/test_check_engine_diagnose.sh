@@ -47,10 +47,15 @@ with Serve(ds, "--tp", "2", "--fault", "kv-b-rows") as s:
     elif g["layers_tried"] or g["runs"] < 10 or g["tp_tried"] != [2]:
         bad.append(f"kv-b-rows: search {g['layers_tried']} {g['runs']} {g['tp_tried']}")
     # the HTML report carries the finding and the ranked candidates
-    rc, _, out, err = check(ds, s.url, "--diagnose", "--tp", "2", "-q", "--html", f"{T}/r.html")
+    # and names the run: the command line (its secrets left out) and the version
+    rc, _, out, err = check(ds, s.url, "--diagnose", "--tp", "2", "-q", "--html", f"{T}/r.html",
+                            "--api-key", "SECRET1", "--header", "X-Key: SECRET2")
     page = open(f"{T}/r.html").read() if rc == 1 else ""
     if "<h3>diagnosis</h3>" not in page or "<b>kv-b-rows</b> (every layer, tp 2)" not in page:
         bad.append(f"kv-b-rows html: exit {rc} {err}")
+    if ("ref-forward check-engine " not in page or "--api-key ... --header ..." not in page or
+            "SECRET" in page or "ggufkit " not in page):
+        bad.append("html: the command line or version missing, or a secret shown")
     # the text says it in one line, with the fault's summary
     rc, _, out, err = check(ds, s.url, "--diagnose", "--tp", "2")
     if rc != 1 or "diagnosis: kv-b-rows (every layer, tp 2) reproduces the engine" not in out:

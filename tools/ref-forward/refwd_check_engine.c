@@ -18,6 +18,7 @@
 #include "gguf/forward.h"
 #include "gguf/model.h"
 #include "refwd_backend.h"
+#include "refwd_compare.h"
 #include "refwd_engine.h"
 #include "ref_forward.h"
 
@@ -141,6 +142,7 @@ typedef struct ce_opts {
     gguf_diag_opts diag;
     bool engine_given;
     const char *diag_option;      /* a --diagnose option given (needs --diagnose) */
+    char *command;                /* the command line, for the report */
     const char *headers[MAX_HEADERS + 1];
     int n_headers;
     refwd_backend backend;
@@ -551,7 +553,8 @@ static int run(ce_opts *o)
                      &tol,
                      o->show,
                      diag_json,
-                     diag};
+                     diag,
+                     o->command};
     if (o->json)
         ce_print_json(stdout, &rep, res, o->n_prompts, &t);
     else
@@ -592,6 +595,30 @@ done:
     return ret;
 }
 
+/* The command line for the report, secrets left out: the values of --api-key
+ * and --header (a header may carry a key) become "...". */
+static char *report_command(int argc, char **argv)
+{
+    char **shown = malloc((size_t)(argc + 1) * sizeof *shown);
+    if (!shown)
+        return NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const bool joined = strncmp(a, "--api-key=", 10) == 0 || strncmp(a, "--header=", 9) == 0;
+        if (i > 0 && (strcmp(argv[i - 1], "--api-key") == 0 ||
+                      strcmp(argv[i - 1], "--header") == 0))
+            shown[i] = "...";
+        else if (joined)
+            shown[i] = a[2] == 'a' ? "--api-key=..." : "--header=...";
+        else
+            shown[i] = argv[i];
+    }
+    shown[argc] = NULL;
+    char *s = refwd_command_line(argc, shown);
+    free(shown);
+    return s;
+}
+
 int refwd_check_engine_main(int argc, char **argv)
 {
     ce_opts o = {0};
@@ -603,6 +630,7 @@ int refwd_check_engine_main(int argc, char **argv)
     const char *arg;
     const char *messages_file = NULL, *prompts_file = NULL;
     int n_sources = 0;
+    o.command = report_command(argc, argv); /* before getopt permutes argv */
     for (;;) {
         c = cli_next(&spec, argc, argv, &arg, &optind_);
         if (c == -1) {
@@ -819,6 +847,7 @@ int refwd_check_engine_main(int argc, char **argv)
     ret = run(&o);
     alarm(0);
 done:
+    free(o.command);
     free_prompts(&o);
     return ret;
 }

@@ -107,6 +107,7 @@ typedef struct ce_report {
     int show;                     /* table rows */
     const char *diagnosis_json;   /* --diagnose: the "diagnosis" object, NULL: none */
     const gguf_diagnosis *diagnosis; /* and what it was made from (--html) */
+    const char *command;          /* the command line (--html) */
 } ce_report;
 
 /* Totals over every prompt. */

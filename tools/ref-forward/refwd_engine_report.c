@@ -740,6 +740,9 @@ int ce_write_html(const char *path, const ce_report *rep, ce_result *const *res,
                "tolerances dlogprob %s, kl %s, top1 %s, tie %s</p>\n",
             rep->backend, t->top1_agreement, t->kl_topk_mean, t->max_abs_dlogprob, tl[0], tl[1],
             tl[2], tl[3]);
+    fputs("<p>command <code>", f);
+    esc(f, rep->command ? rep->command : "");
+    fputs("</code><br>ggufkit " GGUFKIT_VERSION "</p>\n", f);
     if (rep->diagnosis)
         ce_html_diagnosis(f, rep->diagnosis);
     for (int i = 0; i < n; i++) {
