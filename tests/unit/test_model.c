@@ -238,6 +238,12 @@ START_TEST(names_and_permutation)
     ck_assert_int_eq(gguf_llama_qk_row_to_hf(9, 8), 12); /* head 1 */
     ck_assert_str_eq(gguf_arch_name(gguf_arch_from_name("glm-dsa")), "glm-dsa");
     ck_assert_int_eq(gguf_arch_from_name("gpt2"), GGUF_ARCH_UNKNOWN);
+    /* tensor naming: llama's converter's other architectures */
+    ck_assert_int_eq(gguf_arch_naming_from_name("mistral"), GGUF_ARCH_LLAMA);
+    ck_assert_int_eq(gguf_arch_naming_from_name("granite"), GGUF_ARCH_LLAMA);
+    ck_assert_int_eq(gguf_arch_naming_from_name("qwen3moe"), GGUF_ARCH_QWEN3MOE);
+    ck_assert_int_eq(gguf_arch_naming_from_name("gpt2"), GGUF_ARCH_UNKNOWN);
+    ck_assert_int_eq(gguf_arch_naming_from_name(NULL), GGUF_ARCH_UNKNOWN);
 }
 END_TEST
 

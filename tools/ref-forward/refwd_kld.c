@@ -16,6 +16,7 @@
 #include "gguf/forward.h"
 #include "gguf/kld.h"
 #include "gguf/model.h"
+#include "gguf/output.h"
 #include "gguf/tokenize.h"
 #include "refwd_backend.h"
 #include "ref_forward.h"
@@ -96,41 +97,16 @@ typedef struct kld_opts {
     int threads;
 } kld_opts;
 
+/* A token or text file whole (gguf_read_small_file); NULL with errno set. */
 static char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    char *text;
+    gguf_error err = {0};
+    if (gguf_read_small_file(path, (size_t)1 << 30, &text, len, &err) != 0) {
+        errno = err.sys_errno ? err.sys_errno : err.code == GGUF_E_LIMIT ? EFBIG : EIO;
         return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf)
-            break;
-        if (cap - n < 2) {
-            char *t = realloc(buf, cap * 2);
-            if (!t) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = t;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
     }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = n;
-    }
-    return buf;
+    return text;
 }
 
 /* Ids separated by commas or white space. */

@@ -126,7 +126,9 @@ static int be_tokenize(void *user, const char *text, size_t len, bool add_bos, i
 static int be_token_text(void *user, int32_t id, char *buf, size_t size)
 {
     backend *b = user;
-    return gguf_fwd_token_text(b->meta, id, buf, size);
+    /* the tokenizer's pieces; the bare vocabulary only where it has none */
+    return b->tk ? gguf_token_text(b->tk, id, buf, size)
+                 : gguf_fwd_token_text(b->meta, id, buf, size);
 }
 
 /* ---- HTTP ---- */

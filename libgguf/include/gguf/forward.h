@@ -254,6 +254,9 @@ int64_t gguf_fwd_argmax(const float *row, int64_t n);
 /* ---- vocabulary ---- */
 
 /*
+ * The vocabulary-only form of gguf_token_text (gguf/tokenize.h), for models
+ * whose tokenizer gguf_tokenizer_create cannot build: prefer gguf_token_text
+ * wherever a tokenizer exists (it applies llama.cpp's token types).
  * Write the text of token `id` of tokenizer.ggml.tokens in meta into buf
  * (size bytes, always NUL-terminated, truncated when too small). With
  * tokenizer.ggml.model "llama" (SentencePiece) U+2581 becomes a space and

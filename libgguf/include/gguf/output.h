@@ -1,5 +1,6 @@
 /*
- * gguf/output.h - files that appear whole or not at all.
+ * gguf/output.h - files that appear whole or not at all (and small files
+ * read whole, at the end).
  *
  * Every file ggufkit writes (merged models, records, reports, .npy arrays,
  * manifests) goes through this: the bytes go to a temporary file beside the
@@ -90,6 +91,23 @@ int gguf_output_write_file(const char *path, const void *data, size_t n,
 /* fsync the folder that holds path (after a rename or unlink of its own);
  * best effort, @return 0 or -1 with errno. */
 int gguf_fsync_parent(const char *path);
+
+/* ---- the other way: small files read whole ---- */
+
+/*
+ * Read a whole file of at most max_bytes bytes (a config.json, an index, a
+ * prompts or token list) into memory. A regular file is sized first; any
+ * other readable file (a pipe, /dev/stdin, a process substitution) is read
+ * to its end. *out is malloc'd, NUL-terminated (the NUL not counted in
+ * *len; the text may hold NULs of its own) and owned by the caller (free());
+ * it is NULL on failure. len may be NULL.
+ * @return 0; GGUF_E_INVALID (NULL path or out); GGUF_E_NOT_FOUND (no such
+ *         file); GGUF_E_IO (cannot open or read it, a folder; err->sys_errno
+ *         says why); GGUF_E_LIMIT (longer than max_bytes); GGUF_E_NOMEM.
+ *         Messages name the path.
+ */
+int gguf_read_small_file(const char *path, size_t max_bytes, char **out, size_t *len,
+                         gguf_error *err);
 
 GGUF_END_DECLS
 #endif /* GGUF_OUTPUT_H */

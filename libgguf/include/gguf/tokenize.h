@@ -137,6 +137,17 @@ int gguf_tokenize(const gguf_tokenizer *tok, const char *text, size_t len, bool 
 int gguf_token_piece(const gguf_tokenizer *tok, int32_t id, bool special, const char **piece,
                      size_t *len);
 
+/*
+ * gguf_token_piece (special tokens hidden) copied into buf as a C string:
+ * size bytes at most, always NUL-terminated, cut short (possibly inside a
+ * UTF-8 character) when the piece does not fit. For printing one token of a
+ * decode; for a whole text use gguf_detokenize.
+ * @return the bytes written, excluding the NUL (0 for control, unknown and
+ *         unused tokens); GGUF_E_INVALID (NULL tok or buf, size 0, or id
+ *         outside the vocabulary; buf, when given, then holds "").
+ */
+int gguf_token_text(const gguf_tokenizer *tok, int32_t id, char *buf, size_t size);
+
 typedef struct gguf_detokenize_opts {
     bool special;      /* show control and unknown tokens' text (default false) */
     bool keep_prefix;  /* SPM: keep the " " the tokenizer put before the text;

@@ -103,6 +103,21 @@ int gguf_token_piece(const gguf_tokenizer *tok, int32_t id, bool special, const 
     return 0;
 }
 
+int gguf_token_text(const gguf_tokenizer *tok, int32_t id, char *buf, size_t size)
+{
+    if (buf && size)
+        buf[0] = 0;
+    const char *p;
+    size_t l;
+    if (!buf || !size || gguf_token_piece(tok, id, false, &p, &l) != 0)
+        return GGUF_E_INVALID;
+    if (l > size - 1)
+        l = size - 1;
+    memcpy(buf, p, l);
+    buf[l] = 0;
+    return (int)l;
+}
+
 int gguf_detokenize(const gguf_tokenizer *tok, const int32_t *ids, int64_t n,
                     const gguf_detokenize_opts *opts, char **out, size_t *len, gguf_error *err)
 {
