@@ -10,7 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/scripts/setup.sh" "$here/build"
 bin=$here/build/tools
-gen=$here/build/testdata/gguf-gen
+gen=$here/build/tools/gguf-gen
 work=$here/build/demo
 rm -rf "$work"
 mkdir -p "$work"

@@ -4,7 +4,7 @@ builds from the case's options (test_engine --request), the reply is the server'
 expected parse is read back (test_engine --dump) - then checked by eye before committing, as
 these files become the unit test's truth about vLLM's shapes.
 
-    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/testdata/gguf-gen \\
+    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/tools/gguf-gen \\
     GGUFKIT_VLLM_PYTHON=$(bash scripts/setup_engines.sh vllm | sed -n 's/^vllm=//p') \\
     python3 tests/engines/capture_vllm_cases.py build tests/data/engine
 """
