@@ -6,6 +6,7 @@
 #define GGUFKIT_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -86,5 +87,24 @@ double cli_now(void);
 void cli_json_str(FILE *out, const char *s, size_t n);
 /* A double as JSON: finite as %.9g (or %.17g when precise), NaN/Inf as null. */
 void cli_json_num(FILE *out, double v);
+
+/*
+ * The JSON writer (tools/common/cli_json.c): build a document of jansson values
+ * (json_object_set_new, json_array_append_new, with the two constructors below
+ * for numbers and text) and print it with cli_json_print, rather than with
+ * printf. jansson's json_t, declared without its header.
+ */
+struct json_t;
+/* A number as cli_json_num writes it: NaN/Inf null, integral values as
+ * integers, others as reals (17 significant digits). NULL out of memory. */
+struct json_t *cli_json_number(double v);
+/* A string of n bytes (strlen when n == SIZE_MAX); bytes that are not UTF-8
+ * become U+FFFD; NULL s gives null. NULL out of memory. */
+struct json_t *cli_json_text(const char *s, size_t n);
+/* Print doc on one line and a newline: keys in insertion order, ", " and ": "
+ * between items, or "," and ":" when compact. Takes the reference (doc is
+ * freed). @return 0, or -1 when doc is NULL (a constructor ran out of memory)
+ * or the write failed. */
+int cli_json_print(FILE *out, struct json_t *doc, bool compact);
 
 #endif
