@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gguf/file.h"
+#include "gguf/tokenize.h"
 #include "helper_buf.h"
 
 static int open_buf(const tbuf *b, gguf_file **f, gguf_error *err)
@@ -526,6 +527,33 @@ START_TEST(status_names)
 }
 END_TEST
 
+/* GGUF_E_OPTS_VERSION: an options struct newer than the library is refused,
+ * naming the struct; 0 (a zeroed struct) and the current version are known. */
+START_TEST(opts_version)
+{
+    tbuf b = {0};
+    make_valid(&b);
+    gguf_file *f = NULL;
+    gguf_error err;
+    gguf_open_opts o = GGUF_OPEN_OPTS_INIT;
+    ck_assert_uint_eq(o.version, GGUF_OPEN_OPTS_VERSION);
+    ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err), 0);
+    gguf_file_close(f);
+    o.version = 0;
+    ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err), 0);
+    gguf_file_close(f);
+    o.version = GGUF_OPEN_OPTS_VERSION + 1;
+    ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err),
+                     GGUF_E_OPTS_VERSION);
+    ck_assert_ptr_nonnull(strstr(err.message, "gguf_open_opts"));
+    ck_assert_str_eq(gguf_status_name(GGUF_E_OPTS_VERSION), "GGUF_E_OPTS_VERSION");
+    gguf_tokenize_opts to;
+    gguf_tokenize_opts_init(&to);
+    ck_assert_uint_eq(to.version, GGUF_TOKENIZE_OPTS_VERSION);
+    tb_free(&b);
+}
+END_TEST
+
 START_TEST(type_table)
 {
     ck_assert_str_eq(gguf_type_name(GGUF_TYPE_Q4_K), "Q4_K");
@@ -566,6 +594,7 @@ int main(void)
     tcase_add_test(tc, bad_versions);
     tcase_add_test(tc, open_path_errors);
     tcase_add_test(tc, status_names);
+    tcase_add_test(tc, opts_version);
     tcase_add_test(tc, type_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -251,7 +251,7 @@ START_TEST(tp_one_rank_equals_reference)
         const int64_t V = gguf_model_hparams(om.m)->n_vocab;
         gguf_error err;
         gguf_shard_plan *p;
-        gguf_shard_opts so = {1, 0, GGUF_ENGINE_VLLM, 0};
+        gguf_shard_opts so = {.tp = 1, .ep = 0, .engine = GGUF_ENGINE_VLLM};
         ck_assert_int_eq(gguf_shard_plan_build(&p, om.m, &so, &err), 0);
         gguf_fwd_ctx *c;
         ck_assert_int_eq(gguf_fwd_tp_create(&c, om.m, p, NULL, &err), 0);
@@ -262,7 +262,7 @@ START_TEST(tp_one_rank_equals_reference)
         gguf_fwd_ctx_free(c);
         /* tp 2: batch and incremental (KV cache per rank) agree with the reference */
         gguf_shard_plan *p2;
-        gguf_shard_opts so2 = {2, 0, GGUF_ENGINE_VLLM, 0};
+        gguf_shard_opts so2 = {.tp = 2, .ep = 0, .engine = GGUF_ENGINE_VLLM};
         ck_assert_int_eq(gguf_shard_plan_build(&p2, om.m, &so2, &err), 0);
         ck_assert_int_eq(gguf_fwd_tp_create(&c, om.m, p2, NULL, &err), 0);
         ck_assert_int_eq(gguf_fwd_eval(c, TOK, 2, lg, &err), 0);

@@ -349,7 +349,7 @@ static void write_part_aligned(const char *name, int no, int count, int total,
     gguf_writer *w;
     gguf_error err;
     gguf_writer_opts o = fast;
-    o.version = version;
+    o.gguf_version = version;
     ck_assert_int_eq(gguf_writer_create(&w, p(name), &o, &err), 0);
     if (align)
         ck_assert_int_eq(gguf_writer_add_u32(w, GGUF_KEY_ALIGNMENT, align, &err), 0);
@@ -406,7 +406,7 @@ START_TEST(split_set_valid)
     ck_assert_ptr_eq(gguf_set_tensor_at(s, 1), gguf_set_tensor_find(s, "t1"));
     gguf_set_close(s);
     /* GGUF_OPEN_SINGLE opens just the named part. */
-    gguf_open_opts o = {GGUF_OPEN_SINGLE};
+    gguf_open_opts o = {.flags = GGUF_OPEN_SINGLE};
     ck_assert_int_eq(gguf_set_open(&s, p("m-00003-of-00003.gguf"), &o, &err), 0);
     ck_assert_int_eq(gguf_set_tensor_count(s), 1);
     gguf_set_close(s);

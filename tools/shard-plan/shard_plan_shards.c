@@ -129,7 +129,7 @@ static int write_bytes(wctx *c, const gguf_shard_plan *p, const gguf_shard_tenso
 }
 
 static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const char *path,
-                      FILE *manifest, volatile sig_atomic_t *cancel, gguf_error *err)
+                      FILE *manifest, const gguf_cancel_flag *cancel, gguf_error *err)
 {
     const gguf_model *m = gguf_shard_plan_model(p);
     const gguf_file *meta = gguf_model_meta(m);
@@ -267,7 +267,7 @@ done:
     return rc;
 }
 
-int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_atomic_t *cancel,
+int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, const gguf_cancel_flag *cancel,
                     gguf_error *err)
 {
     gguf_error_clear(err);

@@ -144,11 +144,17 @@ void gguf_dequant_pool_free(gguf_dequant_pool *pool);
 int gguf_dequant_pool_size(const gguf_dequant_pool *pool);
 
 typedef struct gguf_dequant_opts {
+    unsigned int version; /* GGUF_DEQUANT_OPTS_VERSION, or 0 for the same (see below) */
     int path;                /* gguf_dequant_path; 0 = AUTO */
     int n_threads;           /* without a pool: threads started for this call;
                                 0 or 1 = the calling thread only */
     gguf_dequant_pool *pool; /* optional; when set, n_threads is ignored */
 } gguf_dequant_opts;
+/* The layout version of gguf_dequant_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_DEQUANT_OPTS_VERSION 1
+/* The defaults, version set: gguf_dequant_opts o = GGUF_DEQUANT_OPTS_INIT; */
+#define GGUF_DEQUANT_OPTS_INIT {.version = GGUF_DEQUANT_OPTS_VERSION}
 
 /*
  * Dequantize n_rows rows of ne0 elements each. Row r starts at

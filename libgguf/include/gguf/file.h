@@ -116,8 +116,14 @@ enum {
 };
 
 typedef struct gguf_open_opts {
+    unsigned int version; /* GGUF_OPEN_OPTS_VERSION, or 0 for the same (see below) */
     uint32_t flags;
 } gguf_open_opts;
+/* The layout version of gguf_open_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_OPEN_OPTS_VERSION 1
+/* The defaults, version set: gguf_open_opts o = GGUF_OPEN_OPTS_INIT; */
+#define GGUF_OPEN_OPTS_INIT {.version = GGUF_OPEN_OPTS_VERSION}
 
 /*
  * Open and validate one file. opts may be NULL.

@@ -117,6 +117,7 @@ enum { GGUF_FWD_F32 = 0, GGUF_FWD_F64 = 1 };
 enum { GGUF_FWD_MLA_PLAIN = 0, GGUF_FWD_MLA_ABSORBED = 1 };
 
 typedef struct gguf_fwd_opts {
+    unsigned int version; /* GGUF_FWD_OPTS_VERSION, or 0 for the same (see below) */
     int precision;        /* GGUF_FWD_F32 (default) or GGUF_FWD_F64 */
     int mla_mode;         /* GGUF_FWD_MLA_PLAIN (default) or _ABSORBED */
     int n_threads;        /* threads for matmuls, attention heads and SwiGLU (a pool
@@ -130,6 +131,11 @@ typedef struct gguf_fwd_opts {
     gguf_fwd_capture_fn capture; /* optional */
     void *capture_user;
 } gguf_fwd_opts;
+/* The layout version of gguf_fwd_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_FWD_OPTS_VERSION 1
+/* The defaults, version set: gguf_fwd_opts o = GGUF_FWD_OPTS_INIT; */
+#define GGUF_FWD_OPTS_INIT {.version = GGUF_FWD_OPTS_VERSION}
 
 typedef struct gguf_fwd_ctx gguf_fwd_ctx;
 

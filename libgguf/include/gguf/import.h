@@ -120,9 +120,15 @@ const char *gguf_import_map_backend(const gguf_import_map *m);
 /* ---- resolving a map against a dump, and writing the record ---- */
 
 typedef struct gguf_import_opts {
+    unsigned int version; /* GGUF_IMPORT_OPTS_VERSION, or 0 for the same (see below) */
     const gguf_import_layout *layout; /* NULL: each entry's layout from the map */
     bool v2_as_bf16;                  /* '<V2' .npy as bfloat16 (also the map's npy-v2) */
 } gguf_import_opts;
+/* The layout version of gguf_import_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_IMPORT_OPTS_VERSION 1
+/* The defaults, version set: gguf_import_opts o = GGUF_IMPORT_OPTS_INIT; */
+#define GGUF_IMPORT_OPTS_INIT {.version = GGUF_IMPORT_OPTS_VERSION}
 
 /* One capture the import will write. Strings borrow from the plan. */
 typedef struct gguf_import_item {

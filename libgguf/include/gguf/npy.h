@@ -89,8 +89,14 @@ const char *gguf_npy_dtype_name(gguf_npy_dtype d);
 bool gguf_npy_dtype_is_float(gguf_npy_dtype d);
 
 typedef struct gguf_npy_opts {
+    unsigned int version; /* GGUF_NPY_OPTS_VERSION, or 0 for the same (see below) */
     bool v2_as_bf16; /* read a 2-byte void descr ('<V2', '|V2') as bfloat16 */
 } gguf_npy_opts;
+/* The layout version of gguf_npy_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_NPY_OPTS_VERSION 1
+/* The defaults, version set: gguf_npy_opts o = GGUF_NPY_OPTS_INIT; */
+#define GGUF_NPY_OPTS_INIT {.version = GGUF_NPY_OPTS_VERSION}
 
 /* What the header says, validated. */
 typedef struct gguf_npy_info {

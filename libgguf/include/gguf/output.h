@@ -32,14 +32,20 @@
 GGUF_BEGIN_DECLS
 
 typedef struct gguf_output_opts {
+    unsigned int version; /* GGUF_OUTPUT_OPTS_VERSION, or 0 for the same (see below) */
     bool overwrite; /* replace an existing file; default: GGUF_E_EXISTS at create
                        when the path exists, and at commit when one appeared */
     bool no_sync;   /* skip the fsyncs (scratch files nobody keeps) */
     /* Polled by commit after the fsync and before the rename: non-zero makes
      * it fail with GGUF_E_INTERRUPTED and leaves no output (a SIGINT during
      * the fsync of a large file must not let it appear). May be NULL. */
-    volatile sig_atomic_t *cancel;
+    const gguf_cancel_flag *cancel;
 } gguf_output_opts;
+/* The layout version of gguf_output_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_OUTPUT_OPTS_VERSION 1
+/* The defaults, version set: gguf_output_opts o = GGUF_OUTPUT_OPTS_INIT; */
+#define GGUF_OUTPUT_OPTS_INIT {.version = GGUF_OUTPUT_OPTS_VERSION}
 
 typedef struct gguf_output gguf_output;
 

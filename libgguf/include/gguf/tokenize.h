@@ -92,11 +92,19 @@ void gguf_tokenizer_free(gguf_tokenizer *tok);
 #define GGUF_TOK_AUTO (-1)
 
 typedef struct gguf_tokenize_opts {
+    unsigned int version; /* GGUF_TOKENIZE_OPTS_VERSION, or 0 for the same (see below) */
     int add_bos;        /* GGUF_TOK_AUTO (default), 0 never, 1 always */
     int add_eos;        /* the same for the closing token: EOS, or SEP for "bert" */
     bool parse_special; /* control and unknown tokens written in the text become
                            their ids (default true); user-defined ones always do */
 } gguf_tokenize_opts;
+/* The layout version of gguf_tokenize_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_TOKENIZE_OPTS_VERSION 1
+/* The defaults, version set: gguf_tokenize_opts o = GGUF_TOKENIZE_OPTS_INIT; */
+#define GGUF_TOKENIZE_OPTS_INIT                                                             \
+    {.version = GGUF_TOKENIZE_OPTS_VERSION, .add_bos = GGUF_TOK_AUTO, .add_eos = GGUF_TOK_AUTO, \
+     .parse_special = true}
 
 /* The defaults: {GGUF_TOK_AUTO, GGUF_TOK_AUTO, true}. */
 void gguf_tokenize_opts_init(gguf_tokenize_opts *opts);
@@ -149,11 +157,17 @@ int gguf_token_piece(const gguf_tokenizer *tok, int32_t id, bool special, const 
 int gguf_token_text(const gguf_tokenizer *tok, int32_t id, char *buf, size_t size);
 
 typedef struct gguf_detokenize_opts {
+    unsigned int version; /* GGUF_DETOKENIZE_OPTS_VERSION, or 0 for the same (see below) */
     bool special;      /* show control and unknown tokens' text (default false) */
     bool keep_prefix;  /* SPM: keep the " " the tokenizer put before the text;
                           default false: a leading ' ' of the first token's piece
                           is dropped when add_space_prefix is on, as llama.cpp does */
 } gguf_detokenize_opts;
+/* The layout version of gguf_detokenize_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_DETOKENIZE_OPTS_VERSION 1
+/* The defaults, version set: gguf_detokenize_opts o = GGUF_DETOKENIZE_OPTS_INIT; */
+#define GGUF_DETOKENIZE_OPTS_INIT {.version = GGUF_DETOKENIZE_OPTS_VERSION}
 
 /*
  * The text of n ids: their pieces, concatenated (nothing cleaned up, so that

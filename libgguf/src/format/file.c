@@ -546,6 +546,11 @@ static gguf_file *file_new(const char *path)
 int gguf_file_open_memory(gguf_file **out, const void *data, size_t size, const char *name,
                           const gguf_open_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OPEN_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_OPEN_OPTS_VERSION, "gguf_open_opts", err);
+    }
     (void)opts;
     gguf_error_clear(err);
     if (!out || (!data && size))
@@ -569,6 +574,11 @@ int gguf_file_open_memory(gguf_file **out, const void *data, size_t size, const 
 int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts,
                    gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OPEN_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_OPEN_OPTS_VERSION, "gguf_open_opts", err);
+    }
     (void)opts;
     gguf_error_clear(err);
     if (!out || !path)

@@ -170,6 +170,11 @@ static int build_set(gguf_set *s, gguf_error *err)
 
 int gguf_set_open(gguf_set **out, const char *path, const gguf_open_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OPEN_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_OPEN_OPTS_VERSION, "gguf_open_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !path)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_set_open: bad args");

@@ -107,6 +107,8 @@ int gguf_kld_writer_create(gguf_kld_writer **out, const char *path, int32_t n_ct
                            const gguf_output_opts *opts, gguf_error *err)
 {
     *out = NULL;
+    if (opts && opts->version > GGUF_OUTPUT_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_OUTPUT_OPTS_VERSION, "gguf_output_opts", err);
     if (n_ctx < 2 || n_vocab < 1 || n_chunk < 1 || !tokens)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                          "%s: n_ctx %d, n_vocab %d, n_chunk %d: need n_ctx >= 2 and one chunk",

@@ -15,6 +15,8 @@ int gguf_npy_create_f32(gguf_npy_writer **out, const char *path, const int64_t *
                         const gguf_output_opts *opts, gguf_error *err)
 {
     *out = NULL;
+    if (opts && opts->version > GGUF_OUTPUT_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_OUTPUT_OPTS_VERSION, "gguf_output_opts", err);
     if (n_dims < 1 || n_dims > GGUF_NPY_MAX_DIMS)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "%s: .npy with %d dimensions", path,
                          n_dims);

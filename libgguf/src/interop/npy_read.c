@@ -362,6 +362,11 @@ static int finish_open(gguf_npy *a, gguf_npy **out, const gguf_npy_opts *opts, g
 int gguf_npy_open_memory(gguf_npy **out, const void *data, size_t size, const char *name,
                          const gguf_npy_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_NPY_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_NPY_OPTS_VERSION, "gguf_npy_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || (!data && size))
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_npy_open_memory: NULL");
@@ -377,6 +382,11 @@ int gguf_npy_open_memory(gguf_npy **out, const void *data, size_t size, const ch
 
 int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_NPY_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_NPY_OPTS_VERSION, "gguf_npy_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !path)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_npy_open: NULL");

@@ -786,6 +786,11 @@ static int add_unknown(gguf_dump_check *c, const rank_files *rf, int r, const ch
 int gguf_dump_check_run(gguf_dump_check **out, const gguf_model *m, const gguf_shard_opts *opts,
                         const char *dir, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_SHARD_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_SHARD_OPTS_VERSION, "gguf_shard_opts", err);
+    }
     gguf_error_clear(err);
     *out = NULL;
     gguf_shard_plan *p = NULL;

@@ -121,11 +121,14 @@ int gguf_token_text(const gguf_tokenizer *tok, int32_t id, char *buf, size_t siz
 int gguf_detokenize(const gguf_tokenizer *tok, const int32_t *ids, int64_t n,
                     const gguf_detokenize_opts *opts, char **out, size_t *len, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_DETOKENIZE_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_DETOKENIZE_OPTS_VERSION, "gguf_detokenize_opts",
+                                      err);
     if (!tok || (!ids && n) || n < 0 || !out || !len)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_detokenize: NULL argument");
     *out = NULL;
     *len = 0;
-    const gguf_detokenize_opts o = opts ? *opts : (gguf_detokenize_opts){false, false};
+    const gguf_detokenize_opts o = opts ? *opts : (gguf_detokenize_opts)GGUF_DETOKENIZE_OPTS_INIT;
     size_t total = 0;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= tok->n_vocab)

@@ -429,6 +429,7 @@ void gguf_tokenize_opts_init(gguf_tokenize_opts *opts)
 {
     if (!opts)
         return;
+    opts->version = GGUF_TOKENIZE_OPTS_VERSION;
     opts->add_bos = GGUF_TOK_AUTO;
     opts->add_eos = GGUF_TOK_AUTO;
     opts->parse_special = true;
@@ -438,6 +439,9 @@ int gguf_tokenize_text(const gguf_tokenizer *tok, const char *text, size_t len,
                        const gguf_tokenize_opts *opts, int32_t **out_ids, int64_t *n,
                        gguf_error *err)
 {
+    if (opts && opts->version > GGUF_TOKENIZE_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_TOKENIZE_OPTS_VERSION, "gguf_tokenize_opts",
+                                      err);
     if (!tok || (!text && len) || !out_ids || !n)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_tokenize: NULL argument");
     *out_ids = NULL;
