@@ -49,7 +49,7 @@ void cli_usage(const cli_spec *spec, FILE *out);
 /* "TOOL: error: MESSAGE (offset N)" to stderr. */
 void cli_error(const char *tool, const gguf_error *err);
 void cli_errorf(const char *tool, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Library status -> exit code (DESIGN.md): mismatch 1, environment 3, input 2. */
+/* Library status -> exit code (docs/design.md): mismatch 1, environment 3, input 2. */
 int cli_exit_code(int status);
 
 /* Sizes: "1.5G", "300M", "4096", K/M/G/T powers of 1024 (decimals allowed). */
