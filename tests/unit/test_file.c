@@ -81,7 +81,7 @@ START_TEST(valid_small)
     memcpy(&v, a->data + 4 * 5, 4);
     ck_assert(v == 5.0f);
     ck_assert_ptr_null(gguf_file_tensor_find(f, "c.weight"));
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -175,7 +175,7 @@ START_TEST(every_value_type)
     gguf_value x = gguf_value_elem(&inner, 2);
     ck_assert_int_eq(x.type, GGUF_VALUE_UINT16);
     ck_assert_int_eq(x.v.u16, 12);
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -310,7 +310,7 @@ START_TEST(zero_sized_tensor_is_valid)
     ck_assert_int_eq(open_buf(&b, &f, NULL), 0);
     ck_assert_int_eq(gguf_file_tensor_at(f, 0)->nbytes, 0);
     ck_assert_int_eq(gguf_file_tensor_at(f, 0)->n_elements, 0);
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -501,7 +501,7 @@ START_TEST(bad_versions)
     gguf_file *f;
     ck_assert_int_eq(open_buf(&b, &f, NULL), 0);
     ck_assert_int_eq(gguf_file_version(f), 2);
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -538,10 +538,10 @@ START_TEST(opts_version)
     gguf_open_opts o = GGUF_OPEN_OPTS_INIT;
     ck_assert_uint_eq(o.version, GGUF_OPEN_OPTS_VERSION);
     ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err), 0);
-    gguf_file_close(f);
+    gguf_file_free(f);
     o.version = 0;
     ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err), 0);
-    gguf_file_close(f);
+    gguf_file_free(f);
     o.version = GGUF_OPEN_OPTS_VERSION + 1;
     ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err),
                      GGUF_E_OPTS_VERSION);

@@ -359,7 +359,7 @@ static void real_open(real_model *r)
 static void real_close(real_model *r)
 {
     gguf_model_free(r->m);
-    gguf_set_close(r->set);
+    gguf_set_free(r->set);
     th_rmdir(r->dir);
     free(r->dir);
 }

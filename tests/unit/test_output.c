@@ -217,13 +217,13 @@ START_TEST(npy_layout)
     /* one dimension keeps the tuple comma */
     gguf_npy_writer *w = NULL;
     const int64_t shape[1] = {4};
-    ck_assert_int_eq(gguf_npy_create_f32(&w, tpath("v.npy"), shape, 1, NULL, &err), 0);
-    ck_assert_int_eq(gguf_npy_append_f32(w, v, 3, &err), 0);
-    ck_assert_int_eq(gguf_npy_append_f32(w, v, 2, &err), GGUF_E_INVALID); /* past the shape */
-    ck_assert_int_eq(gguf_npy_commit(w, &err), GGUF_E_INVALID);           /* one short */
-    ck_assert_int_eq(gguf_npy_append_f32(w, v, 1, &err), 0);
-    ck_assert_int_eq(gguf_npy_commit(w, &err), 0);
-    gguf_npy_free(w);
+    ck_assert_int_eq(gguf_npy_writer_create_f32(&w, tpath("v.npy"), shape, 1, NULL, &err), 0);
+    ck_assert_int_eq(gguf_npy_writer_append_f32(w, v, 3, &err), 0);
+    ck_assert_int_eq(gguf_npy_writer_append_f32(w, v, 2, &err), GGUF_E_INVALID); /* past the shape */
+    ck_assert_int_eq(gguf_npy_writer_commit(w, &err), GGUF_E_INVALID);           /* one short */
+    ck_assert_int_eq(gguf_npy_writer_append_f32(w, v, 1, &err), 0);
+    ck_assert_int_eq(gguf_npy_writer_commit(w, &err), 0);
+    gguf_npy_writer_free(w);
     b = (unsigned char *)slurp(tpath("v.npy"), &n);
     ck_assert_ptr_nonnull(strstr((char *)b + 10, "'shape': (4,), }"));
     free(b);

@@ -115,7 +115,7 @@ static int run_vectors(const char *name, gguf_tok_type want_type, bool round_tri
     if (round_trip)
         ck_assert_int_eq(n_round, n_spellable);
     gguf_tokenizer_free(tok);
-    gguf_set_close(set);
+    gguf_set_free(set);
     free(inp);
     free(outs);
     return n_in;
@@ -191,7 +191,7 @@ START_TEST(partition_methods_agree)
             }
         }
         gguf_tokenizer_free(t);
-        gguf_set_close(set);
+        gguf_set_free(set);
     }
 }
 END_TEST
@@ -260,7 +260,7 @@ START_TEST(stories_round_trip)
     ck_assert_int_eq(gguf_token_text(tok, 403, NULL, 0), GGUF_E_INVALID);
     free(ids);
     gguf_tokenizer_free(tok);
-    gguf_set_close(set);
+    gguf_set_free(set);
 }
 END_TEST
 

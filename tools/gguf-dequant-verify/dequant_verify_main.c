@@ -474,7 +474,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
             dv_scan_scales(&s, t->type, src, (uint64_t)nr * (uint64_t)(ne0 / ti->block_size));
         if (have_ref)
             dv_ref_rows(&ref, &map, t, dst, r0, nr);
-        if (npy && (rc = gguf_npy_append_f32(npy, dst, (uint64_t)(nr * ne0), err)) != 0)
+        if (npy && (rc = gguf_npy_writer_append_f32(npy, dst, (uint64_t)(nr * ne0), err)) != 0)
             break;
         if (gpu_state >= 0) {
             char why[256];
@@ -707,7 +707,7 @@ static int prepare(run_state *rs, dv_opts *o, gguf_npy_writer **npy, uint64_t *t
         const int nd = only->n_dims ? (int)only->n_dims : 1;
         for (int i = 0; i < nd; i++)
             shape[i] = only->ne[nd - 1 - i];
-        rc = gguf_npy_create_f32(npy, o->dump, shape, nd, NULL, &err);
+        rc = gguf_npy_writer_create_f32(npy, o->dump, shape, nd, NULL, &err);
         if (rc)
             return fail(&err, rc);
     }
@@ -829,8 +829,8 @@ static void run_state_free(run_state *rs)
     if (rs->o->gpu)
         dv_gpu_release();
     gguf_dequant_pool_free(rs->pool);
-    gguf_st_set_close(rs->st);
-    gguf_set_close(rs->set);
+    gguf_st_set_free(rs->st);
+    gguf_set_free(rs->set);
 }
 
 int main(int argc, char **argv)
@@ -852,8 +852,8 @@ int main(int argc, char **argv)
     ret = CLI_EXIT_OK;
     if (npy) {
         gguf_error err = {0};
-        const int rc = gguf_npy_commit(npy, &err);
-        gguf_npy_free(npy);
+        const int rc = gguf_npy_writer_commit(npy, &err);
+        gguf_npy_writer_free(npy);
         npy = NULL;
         if (rc) {
             ret = fail(&err, rc);
@@ -875,7 +875,7 @@ int main(int argc, char **argv)
         ret = CLI_EXIT_ENV;
     }
 done:
-    gguf_npy_free(npy);
+    gguf_npy_writer_free(npy);
     run_state_free(&rs);
     if (o.have_regex)
         regfree(&o.regex);

@@ -176,7 +176,7 @@ flush:
 done:
     free(d.tensors);
     free(d.files);
-    gguf_set_close(s);
+    gguf_set_free(s);
     if (o.have_filter)
         regfree(&o.filter);
     return ret;

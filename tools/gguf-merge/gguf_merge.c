@@ -266,7 +266,7 @@ int main(int argc, char **argv)
     if (merge)
         rc = gguf_merge_plan_opts(&plan, set, output, &mo, &err);
     else
-        rc = gguf_split_plan_make(&plan, set, output, &lim, &err);
+        rc = gguf_split_plan_create(&plan, set, output, &lim, &err);
     if (!rc && manifest)
         rc = gguf_split_check_manifest(manifest, set, plan, jo.overwrite, &err);
     if (rc)
@@ -321,6 +321,6 @@ done:
         cli_error(TOOL, &err);
     gguf_split_report_free(rep);
     gguf_split_plan_free(plan);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return cli_exit_code(rc);
 }

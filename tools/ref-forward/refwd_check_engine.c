@@ -485,8 +485,8 @@ done:
     refwd_http_free(ctx.http);
     gguf_tokenizer_free(tok);
     gguf_model_free(m);
-    gguf_set_close(set);
-    gguf_set_close(vocab);
+    gguf_set_free(set);
+    gguf_set_free(vocab);
     return ret;
 }
 

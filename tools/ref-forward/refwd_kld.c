@@ -399,7 +399,7 @@ done:
     free(logits);
     free(ids);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }
 
@@ -546,8 +546,8 @@ int refwd_kld_main(int argc, char **argv)
 done:
     free(logits);
     gguf_kld_acc_free(acc);
-    gguf_kld_close(f);
+    gguf_kld_free(f);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }

@@ -263,7 +263,7 @@ static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
     char ref[4200] = "", test[4200] = "";
     int ret = CLI_EXIT_ENV, rc;
     gguf_shard_opts so = {.tp = o->tp, .ep = o->ep, .engine = o->engine};
-    if ((rc = gguf_shard_plan_build(&plan, m, &so, &err)) ||
+    if ((rc = gguf_shard_plan_create(&plan, m, &so, &err)) ||
         (o->inject && (rc = gguf_shard_apply_fault_spec(plan, o->inject, &err)))) {
         ret = report(rc, &err);
         goto done;
@@ -718,8 +718,8 @@ int refwd_run_main(int argc, char **argv)
     }
 done:
     gguf_model_free(m);
-    gguf_set_close(set);
-    gguf_set_close(vocab);
+    gguf_set_free(set);
+    gguf_set_free(vocab);
     free(o.tokens);
     return ret;
 }

@@ -635,7 +635,7 @@ static int build_plan(const serve_args *a, const gguf_model *m, gguf_shard_plan 
     so.tp = a->tp;
     so.ep = a->ep;
     so.engine = a->engine;
-    int rc = gguf_shard_plan_build(out, m, &so, err);
+    int rc = gguf_shard_plan_create(out, m, &so, err);
     if (rc || !a->inject)
         return rc;
     char name[96];
@@ -867,6 +867,6 @@ done:
     gguf_tokenizer_free(be.tk);
     gguf_shard_plan_free(plan);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }

@@ -237,7 +237,7 @@ int main(int argc, char **argv)
     gguf_shard_plan *p = NULL;
     if ((rc = gguf_set_open(&set, a.model, NULL, &err)) != 0 ||
         (rc = gguf_model_open_flags(&m, set, GGUF_MODEL_ALLOW_MISSING, &err)) != 0 ||
-        (rc = gguf_shard_plan_build(&p, m, &a.opts, &err)) != 0) {
+        (rc = gguf_shard_plan_create(&p, m, &a.opts, &err)) != 0) {
         cli_error(SP_TOOL, &err);
         exit_code = cli_exit_code(rc);
         goto done;
@@ -295,6 +295,6 @@ int main(int argc, char **argv)
 done:
     gguf_shard_plan_free(p);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return exit_code;
 }

@@ -146,7 +146,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
     int rc = gguf_writer_create(&w, path, &wo, err);
     if (rc)
         return rc;
-    if (gguf_hasher_new(&h) != 0) {
+    if (gguf_hasher_create(&h) != 0) {
         rc = GGUF_E_NOMEM;
         goto done;
     }
@@ -246,7 +246,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
         const char *base = strrchr(path, '/');
         fprintf(manifest, "rank %d file %s %" PRIu64 " %s\n", r, gguf_digest_hex(&fd, hx),
                 gguf_file_size(f), base ? base + 1 : path);
-        gguf_file_close(f);
+        gguf_file_free(f);
         for (int64_t i = 0; i < n; i++) {
             const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
             if (written(e))

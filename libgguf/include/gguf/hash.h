@@ -11,7 +11,7 @@
  *  - file digest:   XXH3-128 of every byte of one file.
  * gguf-inspect --hash and gguf-merge --manifest print the same digests.
  *
- * Errors: only gguf_digest_set, gguf_digest_parse and gguf_hasher_new can
+ * Errors: only gguf_digest_set, gguf_digest_parse and gguf_hasher_create can
  * fail; every other function is total. Ownership: digests are plain values,
  * hex strings go to the caller's buffer; the one allocation handed out is the
  * gguf_hasher, freed with gguf_hasher_free. Reentrant; a hasher is used by one
@@ -90,7 +90,7 @@ typedef struct gguf_hasher gguf_hasher;
  * with gguf_hasher_free.
  * @return 0; GGUF_E_NOMEM (*out is then NULL).
  */
-int gguf_hasher_new(gguf_hasher **out);
+int gguf_hasher_create(gguf_hasher **out);
 /* Feed n more bytes (data may be NULL when n is 0). Cannot fail. */
 void gguf_hasher_update(gguf_hasher *h, const void *data, size_t n);
 /* The digest of every byte fed since creation or the last reset; the state is

@@ -105,11 +105,11 @@ typedef struct gguf_import_map gguf_import_map;
  *   npy-v2 twice; a variable bound twice); GGUF_E_LIMIT (map, line, entries
  *   or variables over the caps); GGUF_E_BAD_UTF8 (a NUL byte); GGUF_E_NOMEM.
  */
-int gguf_import_map_parse(gguf_import_map **out, const char *text, size_t len, const char *name,
-                          gguf_error *err);
+int gguf_import_map_open_memory(gguf_import_map **out, const char *text, size_t len, const char *name,
+                                gguf_error *err);
 /* Read a map file (at most GGUF_IMPORT_MAX_MAP bytes) and parse it.
- * @return the codes of gguf_import_map_parse; GGUF_E_NOT_FOUND; GGUF_E_IO. */
-int gguf_import_map_load(gguf_import_map **out, const char *path, gguf_error *err);
+ * @return the codes of gguf_import_map_open_memory; GGUF_E_NOT_FOUND; GGUF_E_IO. */
+int gguf_import_map_open(gguf_import_map **out, const char *path, gguf_error *err);
 void gguf_import_map_free(gguf_import_map *m); /* NULL is fine */
 
 const char *gguf_import_map_name(const gguf_import_map *m);

@@ -183,7 +183,7 @@ int gguf_record_open(gguf_record **out, const char *path, gguf_error *err);
 int gguf_record_open_memory(gguf_record **out, const void *data, size_t size, const char *name,
                             gguf_error *err);
 
-void gguf_record_close(gguf_record *r);
+void gguf_record_free(gguf_record *r);
 
 /* The file's path (or name) as given to open. */
 const char *gguf_record_path(const gguf_record *r);

@@ -179,8 +179,8 @@ typedef struct gguf_shard_plan gguf_shard_plan;
  * @return 0; GGUF_E_INVALID (tp < 1 or > 4096, ep < 0, ep > number of
  *         experts, unknown engine); GGUF_E_NOMEM.
  */
-int gguf_shard_plan_build(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
-                          gguf_error *err);
+int gguf_shard_plan_create(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
+                           gguf_error *err);
 void gguf_shard_plan_free(gguf_shard_plan *p);
 
 const gguf_model *gguf_shard_plan_model(const gguf_shard_plan *p);

@@ -11,7 +11,7 @@
  *      (truncated downloads, Git LFS pointers and HTML pages are named as such),
  *      split.no / split.count / split.tensors.count consistent, versions and
  *      alignments equal, no tensor name twice;
- *   2. make a plan: gguf_merge_plan() or gguf_split_plan_make(). A plan lists
+ *   2. make a plan: gguf_merge_plan() or gguf_split_plan_create(). A plan lists
  *      every output file with its tensors and its exact size in bytes, headers
  *      and alignment padding included (so a size limit is a hard limit);
  *   3. gguf_split_execute(): checks the outputs (refuses an existing path unless
@@ -179,8 +179,8 @@ const char *gguf_merge_layout_name(gguf_merge_layout layout);
  *         not fit max_size; more than 65535 parts; the names are too long);
  *         GGUF_E_NOMEM; GGUF_E_OVERFLOW; GGUF_E_INVALID.
  */
-int gguf_split_plan_make(gguf_split_plan **out, const gguf_set *in, const char *prefix,
-                         const gguf_split_limits *lim, gguf_error *err);
+int gguf_split_plan_create(gguf_split_plan **out, const gguf_set *in, const char *prefix,
+                           const gguf_split_limits *lim, gguf_error *err);
 
 void gguf_split_plan_free(gguf_split_plan *p);
 

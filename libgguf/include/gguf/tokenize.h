@@ -72,7 +72,7 @@ enum {
  * .add_eos_token, .add_sep_token, .add_space_prefix, and general.name (one
  * llama.cpp rule keys on it: phi-3's special tokens eat the whitespace after
  * them). A vocabulary-only file (no tensors) is a valid model.
- * The tokenizer borrows token texts from the set: free it before closing it.
+ * The tokenizer borrows token texts from the set: free it before the set.
  * @return 0; GGUF_E_INVALID (NULL argument); GGUF_E_NOT_FOUND (no tokens, or
  *         no merges for "gpt2"); GGUF_E_UNSUPPORTED (tokenizer.ggml.model or
  *         .pre is a value this library does not know: the message names it and

@@ -564,7 +564,7 @@ int gguf_file_open_memory(gguf_file **out, const void *data, size_t size, const 
     f->size = size;
     int rc = parse_all(f, err);
     if (rc) {
-        gguf_file_close(f);
+        gguf_file_free(f);
         return rc;
     }
     *out = f;
@@ -631,11 +631,11 @@ int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts
     *out = f;
     return GGUF_OK;
 fail:
-    gguf_file_close(f);
+    gguf_file_free(f);
     return rc;
 }
 
-void gguf_file_close(gguf_file *f)
+void gguf_file_free(gguf_file *f)
 {
     if (!f)
         return;

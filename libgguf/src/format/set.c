@@ -254,19 +254,19 @@ done:
     free(prefix);
     free(name);
     if (rc) {
-        gguf_set_close(s);
+        gguf_set_free(s);
         return rc;
     }
     *out = s;
     return GGUF_OK;
 }
 
-void gguf_set_close(gguf_set *s)
+void gguf_set_free(gguf_set *s)
 {
     if (!s)
         return;
     for (uint32_t i = 0; i < s->n_parts; i++)
-        gguf_file_close(s->parts[i]);
+        gguf_file_free(s->parts[i]);
     free(s->parts);
     free(s->tensors);
     gguf_name_index_free(&s->index);

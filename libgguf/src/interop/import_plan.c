@@ -88,8 +88,8 @@ static int plan_file(gguf_import_plan *p, const char *path, int64_t *idx, gguf_e
     if (rc)
         return rc;
     if (!(f->path = strdup(path))) {
-        gguf_npy_close(f->npy);
-        gguf_st_file_close(f->st);
+        gguf_npy_free(f->npy);
+        gguf_st_file_free(f->st);
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
     }
     struct stat sb;
@@ -460,8 +460,8 @@ void gguf_import_plan_free(gguf_import_plan *p)
     if (!p)
         return;
     for (int64_t i = 0; i < p->n_files; i++) {
-        gguf_npy_close(p->files[i].npy);
-        gguf_st_file_close(p->files[i].st);
+        gguf_npy_free(p->files[i].npy);
+        gguf_st_file_free(p->files[i].st);
         free(p->files[i].path);
     }
     free(p->files);

@@ -300,7 +300,7 @@ int gguf_kld_open_memory(gguf_kld_file **out, const void *data, size_t size, con
     f->size = data ? size : 0;
     int rc = parse(f, name ? name : "(memory)", err);
     if (rc) {
-        gguf_kld_close(f);
+        gguf_kld_free(f);
         return rc;
     }
     *out = f;
@@ -344,14 +344,14 @@ int gguf_kld_open(gguf_kld_file **out, const char *path, gguf_error *err)
     f->size = (size_t)st.st_size;
     int rc = parse(f, path, err);
     if (rc) {
-        gguf_kld_close(f);
+        gguf_kld_free(f);
         return rc;
     }
     *out = f;
     return 0;
 }
 
-void gguf_kld_close(gguf_kld_file *f)
+void gguf_kld_free(gguf_kld_file *f)
 {
     if (!f)
         return;

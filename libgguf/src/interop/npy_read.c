@@ -352,7 +352,7 @@ static int finish_open(gguf_npy *a, gguf_npy **out, const gguf_npy_opts *opts, g
 {
     const int rc = parse_file(a, opts, err);
     if (rc) {
-        gguf_npy_close(a);
+        gguf_npy_free(a);
         return rc;
     }
     *out = a;
@@ -418,7 +418,7 @@ int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, g
         if (m == MAP_FAILED) {
             const int e = errno;
             close(fd);
-            gguf_npy_close(a);
+            gguf_npy_free(a);
             return gguf_fail_errno(err, e == ENOMEM ? GGUF_E_NOMEM : GGUF_E_IO, e, "%s: mmap",
                                    path);
         }
@@ -429,7 +429,7 @@ int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, g
     return finish_open(a, out, opts, err);
 }
 
-void gguf_npy_close(gguf_npy *a)
+void gguf_npy_free(gguf_npy *a)
 {
     if (!a)
         return;

@@ -700,8 +700,8 @@ static int plan_checks(gguf_shard_plan *p)
     return 0;
 }
 
-int gguf_shard_plan_build(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
-                          gguf_error *err)
+int gguf_shard_plan_create(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
+                           gguf_error *err)
 {
     if (opts && opts->version > GGUF_SHARD_OPTS_VERSION) {
         if (out)

@@ -471,7 +471,7 @@ static void *dworker(void *arg)
     gguf_hasher *h = NULL;
     uint8_t *buf = malloc(READ_STEP);
     uint8_t *zeros = calloc(1, READ_STEP);
-    if (!buf || !zeros || gguf_hasher_new(&h) != GGUF_OK) {
+    if (!buf || !zeros || gguf_hasher_create(&h) != GGUF_OK) {
         atomic_store(&dp->failed, -1);
         goto out;
     }
@@ -654,7 +654,7 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
 done:
     if (outs)
         for (uint32_t k = 0; k < p->n_parts; k++)
-            gguf_file_close(outs[k]);
+            gguf_file_free(outs[k]);
     free(outs);
     free(out_d);
     free(jobs);
@@ -715,7 +715,7 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
     if (o.verify || o.digests || o.delete_inputs) {
         r->tensor_digests = calloc((size_t)p->n_tensors + 1, sizeof *r->tensor_digests);
         cs.zeros = calloc(1, READ_STEP);
-        if (!r->tensor_digests || !cs.zeros || gguf_hasher_new(&cs.h) != GGUF_OK) {
+        if (!r->tensor_digests || !cs.zeros || gguf_hasher_create(&cs.h) != GGUF_OK) {
             rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
             goto fail;
         }

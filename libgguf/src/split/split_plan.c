@@ -272,12 +272,12 @@ static int too_big(const gguf_split_part *part, uint32_t no, uint64_t max, gguf_
                      (long long)part->count, (unsigned long long)max);
 }
 
-int gguf_split_plan_make(gguf_split_plan **out, const gguf_set *in, const char *prefix,
-                         const gguf_split_limits *lim, gguf_error *err)
+int gguf_split_plan_create(gguf_split_plan **out, const gguf_set *in, const char *prefix,
+                           const gguf_split_limits *lim, gguf_error *err)
 {
     gguf_error_clear(err);
     if (!out || !in || !prefix || !*prefix)
-        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_plan_make: bad args");
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_plan_create: bad args");
     *out = NULL;
     gguf_split_limits l = {0};
     if (lim)

@@ -169,7 +169,7 @@ struct gguf_hasher {
     XXH3_state_t *st;
 };
 
-int gguf_hasher_new(gguf_hasher **out)
+int gguf_hasher_create(gguf_hasher **out)
 {
     gguf_hasher *h = malloc(sizeof *h);
     if (!h)
