@@ -12,6 +12,7 @@
 #include "shard_plan_tool.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <sys/stat.h>
 
 enum {
@@ -82,8 +83,7 @@ static void on_signal(int sig)
 /* The fault catalog: a line each, or a JSON array of {name, kind, summary}. */
 static void print_faults(bool json)
 {
-    if (json)
-        fputc('[', stdout);
+    json_t *all = json ? json_array() : NULL;
     for (int f = 1; f < GGUF_FAULT_COUNT; f++) {
         const char *kind = gguf_fault_is_config((gguf_fault)f) ? "config" : "weights";
         if (!json) {
@@ -91,14 +91,12 @@ static void print_faults(bool json)
                    gguf_fault_summary((gguf_fault)f));
             continue;
         }
-        fputs(f > 1 ? ", {\"name\": " : "{\"name\": ", stdout);
-        cli_json_str(stdout, gguf_fault_name((gguf_fault)f), SIZE_MAX);
-        fprintf(stdout, ", \"kind\": \"%s\", \"summary\": ", kind);
-        cli_json_str(stdout, gguf_fault_summary((gguf_fault)f), SIZE_MAX);
-        fputc('}', stdout);
+        json_array_append_new(all, json_pack("{s:o, s:s, s:o}",
+            "name", cli_json_text(gguf_fault_name((gguf_fault)f), SIZE_MAX), "kind", kind,
+            "summary", cli_json_text(gguf_fault_summary((gguf_fault)f), SIZE_MAX)));
     }
-    if (json)
-        fputs("]\n", stdout);
+    if (json && cli_json_print(stdout, all, false) != 0)
+        cli_errorf(SP_TOOL, "cannot write the fault list");
 }
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out)
