@@ -258,6 +258,15 @@ START_TEST(stories_round_trip)
     ck_assert_int_eq(gguf_token_text(tok, 512, small, sizeof small), GGUF_E_INVALID);
     ck_assert_str_eq(small, "");
     ck_assert_int_eq(gguf_token_text(tok, 403, NULL, 0), GGUF_E_INVALID);
+    /* one decoder: the bare vocabulary's text is the tokenizer's for every id */
+    for (int32_t id = 0; id < 512; id++) {
+        char a[64], b[64];
+        if (gguf_tokenizer_token_type(tok, id) == GGUF_TOKEN_UNKNOWN)
+            continue; /* <unk>: the vocabulary form shows it, gguf_token_text hides it */
+        ck_assert_int_eq(gguf_fwd_token_text(gguf_set_meta(set), id, a, sizeof a),
+                         gguf_token_text(tok, id, b, sizeof b));
+        ck_assert_str_eq(a, b);
+    }
     free(ids);
     gguf_tokenizer_free(tok);
     gguf_set_free(set);

@@ -264,13 +264,16 @@ int64_t gguf_fwd_argmax(const float *row, int64_t n);
  * whose tokenizer gguf_tokenizer_create cannot build: prefer gguf_token_text
  * wherever a tokenizer exists (it applies llama.cpp's token types).
  * Write the text of token `id` of tokenizer.ggml.tokens in meta into buf
- * (size bytes, always NUL-terminated, truncated when too small). With
- * tokenizer.ggml.model "llama" (SentencePiece) U+2581 becomes a space and
- * <0xNN> becomes that byte; with "gpt2" the byte-level symbols become their
- * bytes. Control tokens (token_type 3) give "".
+ * (size bytes, always NUL-terminated, truncated when too small), decoded as
+ * the tokenizer decodes pieces (gguf_token_piece) but with the token types as
+ * the file has them: with tokenizer.ggml.model "llama" (SentencePiece) or
+ * "bert" a normal token's U+2581 becomes a space and a byte token <0xNN> that
+ * byte; with "gpt2" a normal token's byte-level symbols become their bytes;
+ * unknown and user-defined tokens give their text as it is; control tokens
+ * (token_type 3), unused ones and malformed byte tokens give "".
  * @return bytes written (excluding the NUL), or a negative gguf_status:
  *         GGUF_E_NOT_FOUND without a vocabulary, GGUF_E_INVALID for an id out
- *         of range.
+ *         of range, GGUF_E_NOMEM.
  */
 int gguf_fwd_token_text(const gguf_file *meta, int32_t id, char *buf, size_t size);
 /* tokenizer.ggml.bos_token_id / eos_token_id, or -1 when absent. */

@@ -9,16 +9,13 @@
 #include "util/error_lib.h"
 #include "tokenize/tokenize_internal.h"
 
-/* Writes the piece of token id to b; it is never longer than the token text. */
-static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
+size_t tok_piece_bytes(gguf_tok_type type, uint16_t a, gguf_str s, const int16_t *cp_byte, char *b)
 {
-    const gguf_str s = t->strs[id];
-    const uint16_t a = t->attr[id];
     if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) {
         memcpy(b, s.data, s.len);
         return s.len;
     }
-    if (t->type == GGUF_TOK_BPE) {
+    if (type == GGUF_TOK_BPE) {
         if (!(a & TOK_ATTR_NORMAL))
             return 0;
         /* stand-in characters back to bytes; any other character as it is
@@ -31,7 +28,7 @@ static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
             if (l <= avail && tok_utf8_valid(s.data + i, l) == l) {
                 size_t adv;
                 const uint32_t cp = tok_utf8_decode((const unsigned char *)s.data + i, &adv);
-                byte = cp < 256 + 68 ? t->cp_byte[cp] : -1;
+                byte = cp >= 256 + 68 ? -1 : cp_byte ? cp_byte[cp] : tok_cp_to_byte(cp);
             }
             if (byte >= 0) {
                 b[n++] = (char)byte;
@@ -68,6 +65,12 @@ static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
         }
     }
     return 0; /* unused, undefined, malformed byte tokens */
+}
+
+/* Writes the piece of token id to b; it is never longer than the token text. */
+static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
+{
+    return tok_piece_bytes(t->type, t->attr[id], t->strs[id], t->cp_byte, b);
 }
 
 int tok_pieces_setup(gguf_tokenizer *t, gguf_error *err)

@@ -182,6 +182,18 @@ static int unsupported_pre(const char *path, gguf_str pre, gguf_error *err)
                      (int)(pre.len > 64 ? 64 : pre.len), pre.data, list);
 }
 
+uint16_t tok_attr_of_type(int64_t v)
+{
+    static const uint16_t attr_of[] = {0,
+                                       TOK_ATTR_NORMAL,
+                                       TOK_ATTR_UNKNOWN,
+                                       TOK_ATTR_CONTROL,
+                                       TOK_ATTR_USER_DEFINED,
+                                       TOK_ATTR_UNUSED,
+                                       TOK_ATTR_BYTE};
+    return v >= 0 && v <= 6 ? attr_of[v] : 0; /* others: undefined */
+}
+
 static int read_types(gguf_tokenizer *t, const gguf_file *meta, gguf_error *err)
 {
     const gguf_value *ty;
@@ -199,14 +211,7 @@ static int read_types(gguf_tokenizer *t, const gguf_file *meta, gguf_error *err)
         if (gguf_value_to_i64(&e, &v))
             return gguf_fail(err, GGUF_E_WRONG_TYPE, GGUF_NO_OFFSET,
                              "%s: tokenizer.ggml.token_type: not integers", t->path);
-        static const uint16_t attr_of[] = {0,
-                                           TOK_ATTR_NORMAL,
-                                           TOK_ATTR_UNKNOWN,
-                                           TOK_ATTR_CONTROL,
-                                           TOK_ATTR_USER_DEFINED,
-                                           TOK_ATTR_UNUSED,
-                                           TOK_ATTR_BYTE};
-        t->attr[i] = v >= 0 && v <= 6 ? attr_of[v] : 0; /* others: undefined */
+        t->attr[i] = tok_attr_of_type(v);
     }
     return 0;
 }
