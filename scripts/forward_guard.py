@@ -103,7 +103,7 @@ def same_record(a, b):
 
 def main():
     mode, build, d = sys.argv[1], sys.argv[2], sys.argv[3]
-    gen = os.path.join(build, "testdata", "gguf-gen")
+    gen = os.path.join(build, "tools", "gguf-gen")
     refwd = os.path.join(build, "tools", "ref-forward")
     os.makedirs(d, exist_ok=True)
     os.makedirs(os.path.join(d, "models"), exist_ok=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rewrite the golden records of testdata/golden/models.txt after an intended change of the
 # forward pass or of gguf-gen, e.g. from the repository root:
-#   GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/testdata/gguf-gen testdata/golden/regen.sh [DIR]
+#   GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/tools/gguf-gen testdata/golden/regen.sh [DIR]
 # DIR (default: testdata/golden itself) receives the records, e.g. to review them first:
 # `ref-forward compare OLD NEW` says what moved and where.
 set -euo pipefail

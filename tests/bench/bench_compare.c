@@ -147,9 +147,9 @@ int main(int argc, char **argv)
                (long long)res->n_entries, gguf_status_name(rc));
         gguf_cmp_result_free(res);
     }
-    gguf_record_close(a);
-    gguf_record_close(b);
-    gguf_record_close(z);
+    gguf_record_free(a);
+    gguf_record_free(b);
+    gguf_record_free(z);
     unlink(pa);
     unlink(pb);
     unlink(pz);

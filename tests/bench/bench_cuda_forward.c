@@ -114,7 +114,7 @@ int main(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "bench_cuda_forward: %s\n", err.message);
         gguf_model_free(m);
-        gguf_set_close(set);
+        gguf_set_free(set);
         return 3;
     }
     uint64_t model_bytes = 0;
@@ -156,6 +156,6 @@ int main(int argc, char **argv)
                (double)x->registered_bytes / 1048576.0, x->register_seconds);
     }
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return 0;
 }

@@ -150,6 +150,6 @@ int main(int argc, char **argv)
            (double)size / (t1 - t0) / 1e9, piece >> 20, rate[0] / 1e9, rate[1] / 1e9, h2d / 1e9,
            t3 - t2);
     cudaFree(dev);
-    gguf_file_close(f);
+    gguf_file_free(f);
     return 0;
 }

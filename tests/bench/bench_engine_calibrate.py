@@ -2,7 +2,7 @@
 the tolerance presets (docs/check-engine.md, "Calibration"). Not a test: it starts a vLLM per
 (architecture, dtype, seed, fault) and writes every compared position as a JSON line.
 
-    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/testdata/gguf-gen \\
+    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/tools/gguf-gen \\
     GGUFKIT_VLLM_PYTHON=$(scripts/setup_engines.sh vllm | sed -n 's/^vllm=//p') \\
     python3 tests/bench/bench_engine_calibrate.py OUT.jsonl [--seeds 1] [--archs a,b] \\
         [--dtypes float32,bfloat16] [--faults] [-n 16]

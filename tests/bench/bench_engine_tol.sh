@@ -18,7 +18,7 @@ set -euo pipefail
 B=${1:?usage: bench_engine_tol.sh BUILD_DIR [MODEL.gguf ...]}
 shift
 R=$B/tools/ref-forward
-GEN=$B/testdata/gguf-gen
+GEN=$B/tools/gguf-gen
 here=$(cd "$(dirname "$0")/../.." && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT

@@ -323,6 +323,6 @@ int main(int argc, char **argv)
     printf("  peak dequantized weights %.2f MiB\n", (double)sn.peak_weight_bytes / (1 << 20));
 done:
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return rc;
 }

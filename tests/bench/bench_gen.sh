@@ -7,7 +7,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
-gen=$build/testdata/gguf-gen
+gen=$build/tools/gguf-gen
 map=${MAP:-$here/../shared/testdata/tensor-maps/GLM-5.1-Q4_K.map}
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-gen-XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -12,7 +12,7 @@ map=${MAP:-$here/../shared/testdata/tensor-maps/GLM-5.1-Q4_K.map}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$build/testdata/gguf-gen" replica "$map" "$work/glm51.gguf" >/dev/null
+"$build/tools/gguf-gen" replica "$map" "$work/glm51.gguf" >/dev/null
 size=$(stat -c %s "$work/glm51.gguf")
 used=$(du -k "$work/glm51.gguf" | cut -f1)
 py_dump=(python3 -m gguf.scripts.gguf_dump --json "$work/glm51.gguf")

@@ -104,7 +104,7 @@ static double run_merge(const char *first, const char *out, bool verify, int thr
     }
     gguf_split_report_free(r);
     gguf_split_plan_free(p);
-    gguf_set_close(s);
+    gguf_set_free(s);
     return t;
 }
 
@@ -186,8 +186,8 @@ int main(int argc, char **argv)
     gguf_split_limits lim = {.max_tensors = (uint64_t)(n_tensors + 3) / 4};
     gguf_split_job_opts fast = {.no_sync = true};
     if (gguf_set_open(&s, model, NULL, &err) ||
-        gguf_split_plan_make(&p, s, prefix, &lim, &err) ||
-        gguf_split_execute(s, p, &fast, NULL, &err))
+        gguf_split_plan_create(&p, s, prefix, &lim, &err) ||
+                               gguf_split_execute(s, p, &fast, NULL, &err))
         die("split", &err);
     int n_parts = (int)p->n_parts;
     uint64_t bytes = 0;
@@ -196,7 +196,7 @@ int main(int argc, char **argv)
         bytes += p->parts[i].size;
     }
     gguf_split_plan_free(p);
-    gguf_set_close(s);
+    gguf_set_free(s);
     unlink(model);
     sync();
 

@@ -294,6 +294,6 @@ int main(int argc, char **argv)
     free(tok);
     free(body);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return fails ? 1 : 0;
 }

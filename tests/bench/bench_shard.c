@@ -59,7 +59,7 @@ int main(int argc, char **argv)
         }
         t[k] = now() - t0;
         if (k + 1 < reps)
-            gguf_set_close(s);
+            gguf_set_free(s);
     }
     report("set open (header parse)", t, reps, NULL);
     for (int k = 0; k < reps; k++) {
@@ -84,7 +84,7 @@ int main(int argc, char **argv)
         gguf_shard_plan *p = NULL;
         for (int k = 0; k < reps; k++) {
             double t0 = now();
-            if (gguf_shard_plan_build(&p, m, &o, &err)) {
+            if (gguf_shard_plan_create(&p, m, &o, &err)) {
                 fprintf(stderr, "%s\n", err.message);
                 return 2;
             }
@@ -129,7 +129,7 @@ int main(int argc, char **argv)
         gguf_shard_plan_free(p);
     }
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
     free(t);
     return 0;
 }

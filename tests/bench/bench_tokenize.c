@@ -87,6 +87,6 @@ int main(int argc, char **argv)
     free(ids);
     free(text);
     gguf_tokenizer_free(tok);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return 0;
 }

@@ -604,13 +604,13 @@ def main():
     src = os.path.abspath(os.environ.get("GGUFKIT_SRC") or SRC_DEFAULT)
     if args.build:
         build = os.path.abspath(args.build)
-        binf, gen = os.path.join(build, "tools"), os.path.join(build, "testdata", "gguf-gen")
+        binf, gen = os.path.join(build, "tools"), os.path.join(build, "tools", "gguf-gen")
     else:
         binf, gen = os.environ.get("GGUFKIT_BIN"), os.environ.get("GGUFKIT_GEN")
         if not binf:
             binf = os.path.join(src, "build", "tools")
         if not gen:
-            gen = os.path.join(os.path.dirname(binf), "testdata", "gguf-gen")
+            gen = os.path.join(binf, "gguf-gen")
     binf, gen = os.path.abspath(binf), os.path.abspath(gen)
     if not os.path.isdir(binf) or not os.access(gen, os.X_OK):
         print(f"run_docs: error: {binf}, {gen}: not built (give --build DIR)", file=sys.stderr)

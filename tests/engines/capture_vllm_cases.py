@@ -8,7 +8,7 @@ test's truth about vLLM's shapes. The reasoning case runs a second server with
 and </think> (the second one the model's second greedy token of the chat, so that the reply
 has reasoning and content both).
 
-    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/testdata/gguf-gen \\
+    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/tools/gguf-gen \\
     GGUFKIT_VLLM_PYTHON=$(bash scripts/setup_engines.sh vllm | sed -n 's/^vllm=//p') \\
     python3 tests/engines/capture_vllm_cases.py build tests/data/engine
 """

@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     gguf_import_map *m;
     gguf_error err;
-    if (gguf_import_map_parse(&m, (const char *)data, size, "fuzz.map", &err) != 0)
+    if (gguf_import_map_open_memory(&m, (const char *)data, size, "fuzz.map", &err) != 0)
         return 0;
     for (int64_t i = 0; i < m->n_entries; i++) {
         const imp_entry *e = &m->entries[i];

@@ -45,6 +45,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     gguf_kld_acc_free(acc);
     free(lp);
     free(logits);
-    gguf_kld_close(f);
+    gguf_kld_free(f);
     return 0;
 }

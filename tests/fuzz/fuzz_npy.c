@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (gguf_npy_open_memory(&a, data, size, "fuzz.npy", &o, &err) != 0)
             continue;
         walk(a, data, size);
-        gguf_npy_close(a);
+        gguf_npy_free(a);
     }
     return 0;
 }

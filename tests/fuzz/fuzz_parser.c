@@ -48,6 +48,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (t->nbytes)
             sink += t->data[0] + t->data[t->nbytes - 1];
     }
-    gguf_file_close(f);
+    gguf_file_free(f);
     return 0;
 }

@@ -32,6 +32,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((rc == 0 || rc == GGUF_E_MISMATCH) != (res != NULL))
         __builtin_trap();
     gguf_cmp_result_free(res);
-    gguf_record_close(r);
+    gguf_record_free(r);
     return 0;
 }

@@ -48,6 +48,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         gguf_st_file_meta_at(f, i, &k, &v);
         sink += (float)strlen(k) + (float)strlen(v);
     }
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     return 0;
 }

@@ -58,7 +58,7 @@ if [ -x "$BUILD/tools/gguf-dequant-verify" ] && [ -d "$GGUFKIT_GPU_TESTDATA" ]; 
     done | tee "$OUT/dequant-verify.log"
 fi
 
-if [ -x "$BUILD/tools/gguf-dequant-verify" ] && [ -x "$BUILD/testdata/gguf-gen" ]; then
+if [ -x "$BUILD/tools/gguf-dequant-verify" ] && [ -x "$BUILD/tools/gguf-gen" ]; then
     step "docs: the GPU examples of docs/gguf-dequant-verify.md"
     timeout 300 python3 "$ROOT/tests/docs/run_docs.py" --build "$BUILD" --gpu \
         "$ROOT/docs/gguf-dequant-verify.md" > "$OUT/docs.log" 2>&1

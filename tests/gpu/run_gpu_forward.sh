@@ -27,7 +27,7 @@
 #                correct plan and every fault of the catalog, GPU ranks against CPU ranks
 # (-Werror stays off here: the GPU machine's compiler may warn where ours does not.)
 # GGUFKIT_GPU_BUILD=DIR uses a tree built elsewhere (same CUDA; sm_90) that holds
-# tools/ref-forward, testdata/gguf-gen, tests/test_gpu_forward, tests/test_nccl_comm and
+# tools/ref-forward, tools/gguf-gen, tests/test_gpu_forward, tests/test_nccl_comm and
 # tests/bench_cuda_forward, instead of building here. Prebuild with:
 #   cmake -S . -B build-gpufwd-run -DGGUFKIT_WERROR=OFF -DCMAKE_BUILD_TYPE=Release \
 #         -DGGUFKIT_CUDA_ARCHITECTURES=90-real
@@ -67,7 +67,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pc
     --format=csv 2>&1 | tee "$OUT/gpu.txt"
 nproc > "$OUT/cpu.txt"; free -g >> "$OUT/cpu.txt"; df -h "$SCR" >> "$OUT/cpu.txt"
 
-if [ -x "$BUILD/tools/ref-forward" ] && [ -x "$BUILD/testdata/gguf-gen" ] &&
+if [ -x "$BUILD/tools/ref-forward" ] && [ -x "$BUILD/tools/gguf-gen" ] &&
    [ -x "$BUILD/tests/test_gpu_forward" ] && [ -x "$BUILD/tests/test_nccl_comm" ] &&
    [ -x "$BUILD/tests/test_gpu_tp" ] &&
    [ -x "$BUILD/tests/bench_cuda_forward" ] && [ -x "$BUILD/tools/shard-plan" ] &&
@@ -82,7 +82,7 @@ step "build $BUILD"
     test_nccl_comm test_gpu_tp bench_cuda_forward shard-plan; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; note "build FAILED"; exit 3; }
 fi
 RF=$BUILD/tools/ref-forward
-GEN=$BUILD/testdata/gguf-gen
+GEN=$BUILD/tools/gguf-gen
 export GGUFKIT_GEN=$GEN GGUFKIT_BIN=$BUILD/tools GGUFKIT_BUILD=$BUILD GGUFKIT_SRC=$ROOT
 
 if ! skipped test; then

@@ -537,7 +537,7 @@ static int check_file(const char *path, const struct stat *sb, int flag, struct 
                                  GGUF_TYPE_BF16, 0, 0);
         g_tensors++;
     }
-    gguf_file_close(f);
+    gguf_file_free(f);
     return 0;
 }
 

@@ -158,7 +158,7 @@ static int64_t compare(const char *what, part *ps, int n_parts, const char *weig
     gguf_cuda_free(dd);
     free(cpu);
     free(gpu);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     free(img);
     for (int i = 0; i < n_parts; i++)
         free(ps[i].data);

@@ -414,7 +414,7 @@ int main(void)
         caps_free(&gpu_again);
         caps_free(&gpu_small);
         gguf_model_free(m);
-        gguf_set_close(set);
+        gguf_set_free(set);
         unlink(path);
     }
     /* what the GPU backend refuses, cleanly */
@@ -476,7 +476,7 @@ int main(void)
             failed++;
         }
         gguf_model_free(m);
-        gguf_set_close(set);
+        gguf_set_free(set);
         unlink(path);
     }
     rmdir(dir);

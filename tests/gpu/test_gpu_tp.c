@@ -157,7 +157,7 @@ static int rank_main(const tp_case *tc, const char *path, int rank, const char *
     so.tp = 2;
     so.ep = tc->ep;
     if ((rc = gguf_set_open(&set, path, NULL, &err)) || (rc = gguf_model_open(&m, set, &err)) ||
-        (rc = gguf_shard_plan_build(&plan, m, &so, &err))) {
+        (rc = gguf_shard_plan_create(&plan, m, &so, &err))) {
         printf("FAIL %s rank %d: %s\n", tc->name, rank, err.message);
         goto done;
     }
@@ -197,7 +197,7 @@ done:
     caps_free(&gpu);
     gguf_shard_plan_free(plan);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }
 

@@ -24,7 +24,7 @@ import time
 def main():
     build, out, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rf = os.path.join(build, "tools", "ref-forward")  # the binary
-    gen = os.path.join(build, "testdata", "gguf-gen")
+    gen = os.path.join(build, "tools", "gguf-gen")
     plan = os.path.join(build, "tools", "shard-plan")
     os.makedirs(out, exist_ok=True)
     model = os.path.join(out, "tp-faults-deepseek2.gguf")

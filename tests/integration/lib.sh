@@ -1,7 +1,11 @@
 # Shared helpers for integration tests (sourced). Tests exit 0 pass, 77 skip, else fail.
 set -euo pipefail
 : "${GGUFKIT_BIN:?GGUFKIT_BIN is not set (run through ctest)}"
-GEN=${GGUFKIT_GEN:-$GGUFKIT_BUILD/testdata/gguf-gen}
+GEN=${GGUFKIT_GEN:-$GGUFKIT_BUILD/tools/gguf-gen}
+# The architectures gguf-gen writes, space separated (`gguf-gen archs`): tests loop over
+# these, not over a list of their own. `export GEN_ARCHS=$(gen_archs)` hands them to a
+# test's embedded Python (os.environ["GEN_ARCHS"].split()).
+gen_archs() { "$GEN" archs | paste -sd' '; }
 SHARED=${GGUFKIT_SHARED:-}
 T=$(mktemp -d "${TMPDIR:-/tmp}/ggufkit-it-XXXXXX")
 trap 'rm -rf "$T"' EXIT

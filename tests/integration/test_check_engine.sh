@@ -19,7 +19,8 @@ source "$(dirname "$0")/lib.sh"
 R=$GGUFKIT_BIN/ref-forward
 [ -x "$GEN" ] || skip "gguf-gen is not built"
 command -v python3 >/dev/null || skip "python3 is not installed"
-for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
+export GEN_ARCHS=$(gen_archs)
+for a in $GEN_ARCHS; do
     "$GEN" model --arch "$a" --kv-heads 2 --vocab 500 --type Q4_K --no-sync --force -q \
         "$T/$a.gguf" || fail "gguf-gen $a"
 done
@@ -28,7 +29,7 @@ python3 - "$R" "$T" "${SHARED:-}" <<'EOF' && pass || fail "check-engine end to e
 import http.server, json, os, select, socket, subprocess, sys, tempfile, threading, time
 R, T, SHARED = sys.argv[1], sys.argv[2], sys.argv[3]
 TOK = "1,17,42,99,123,7,250,31"
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "glm4moe", "glm-dsa"]
+ARCHS = os.environ["GEN_ARCHS"].split()
 bad = []
 
 class Serve:

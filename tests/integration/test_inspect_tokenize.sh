@@ -13,7 +13,7 @@ I=$GGUFKIT_BIN/gguf-inspect
 "$GEN" model --arch llama --no-vocab --sparse --no-sync "$T/none.gguf" >/dev/null ||
     fail "gguf-gen --no-vocab"
 
-# gguf-gen's GPT-2 vocabulary has merges for these words (testdata/gen/gen_vocab.c);
+# gguf-gen's GPT-2 vocabulary has merges for these words (tools/gguf-gen/gen_vocab.c);
 # its last id is <|endoftext|>, BOS and EOS.
 expect 0 "$I" "$T/bpe.gguf" --tokenize "Once upon a time"
 contains "$T/out" "tokenizer: gpt2, pre gpt-2, 512 tokens; BOS not added, EOS not added"

@@ -23,7 +23,7 @@ int main(int argc, char **argv)
         return 2;
     }
     printf("%lld tensors\n", (long long)gguf_set_tensor_count(s));
-    gguf_set_close(s);
+    gguf_set_free(s);
     return 0;
 }
 C

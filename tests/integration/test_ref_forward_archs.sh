@@ -28,7 +28,8 @@ assert r <= tol, f"relative L2 {r:.3g} > {tol}"
 EOF
 }
 
-for arch in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
+export GEN_ARCHS=$(gen_archs)
+for arch in $GEN_ARCHS; do
     M=$T/$arch.gguf
     gen --arch "$arch" --type Q8_0 "$M" || { fail "gguf-gen $arch"; continue; }
     expect 0 "$R" "$M" --tokens $TOK --logits "$T/$arch-f32.npy" -q

@@ -8,7 +8,8 @@ source "$(dirname "$0")/lib.sh"
 R=$GGUFKIT_BIN/ref-forward
 TOK=1,5,9,200,33,7
 
-for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
+export GEN_ARCHS=$(gen_archs)
+for a in $GEN_ARCHS; do
     "$GEN" model -q --no-sync --arch "$a" --type BF16 "$T/$a.gguf"
     for f in bf16 fp8 nvfp4; do
         "$GEN" hf -q "$T/$a.gguf" "$T/$a-$f" --format "$f"

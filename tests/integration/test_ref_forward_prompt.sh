@@ -44,7 +44,8 @@ if [ -f "$H" ]; then
     contains "$T/out" "tokens: 344 503 785 294 568 90 296 446 355"
 fi
 # every architecture of the forward takes --prompt, with either of gguf-gen's vocabularies
-for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
+export GEN_ARCHS=$(gen_archs)
+for a in $GEN_ARCHS; do
     for tk in spm gpt2; do
         "$GEN" model --arch $a --tokenizer $tk --no-sync --force -q "$T/$a.gguf" ||
             fail "gguf-gen $a $tk"

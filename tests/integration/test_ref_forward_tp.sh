@@ -12,7 +12,8 @@ R=$GGUFKIT_BIN/ref-forward
 [ -x "$GEN" ] || skip "gguf-gen is not built"
 # Q4_K (inner cuts off block boundaries exist), 2 kv heads (tp 4, 8 > n_kv),
 # vocab 500 (the engine pads it to 512: padding matters).
-for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
+export GEN_ARCHS=$(gen_archs)
+for a in $GEN_ARCHS; do
     "$GEN" model --arch "$a" --kv-heads 2 --vocab 500 --type Q4_K --no-sync --force -q \
         "$T/$a.gguf" || fail "gguf-gen $a"
 done
@@ -21,7 +22,7 @@ python3 - "$R" "$T" <<'EOF' && pass || fail "virtual tp checks (details above)"
 import json, os, subprocess, sys
 R, T = sys.argv[1], sys.argv[2]
 TOK = ",".join(str((i * 37 + 5) % 500) for i in range(32))
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "glm4moe", "glm-dsa"]
+ARCHS = os.environ["GEN_ARCHS"].split()
 MOE = {"qwen3moe": 0, "deepseek2": 1, "glm4moe": 1, "glm-dsa": 1}  # first MoE block
 bad = []
 

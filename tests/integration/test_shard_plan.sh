@@ -126,7 +126,8 @@ expect 1 "$SP" "$T/demo.gguf" --tp 4 --fault kv-b-rows --write-shards "$T/wf5" -
 # every architecture the model module knows: a clean plan at tp 2 (no warning, no error), and
 # every fault either applies (exit 1) or is refused with its reason (exit 2), never a crash
 FAULTS=$("$SP" --list-faults | cut -d' ' -f1)
-for a in llama qwen2 qwen3 qwen3moe deepseek2 glm4moe glm-dsa; do
+export GEN_ARCHS=$(gen_archs)
+for a in $GEN_ARCHS; do
     "$GEN" model -q --no-sync --arch "$a" --kv-heads 2 --vocab 500 --type Q4_K "$T/arch-$a.gguf"
     expect 0 "$SP" "$T/arch-$a.gguf" --tp 2
     grep -qE '^  (warn|error) ' "$T/out" && grep -vE 'quant_block' "$T/out" | grep -qE '^  (warn|error) ' \

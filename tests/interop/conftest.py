@@ -10,6 +10,16 @@ GEN = os.environ.get("GGUFKIT_GEN", "")
 SHARED = os.environ.get("GGUFKIT_SHARED", "")
 
 
+def gen_archs():
+    """The architectures gguf-gen writes (`gguf-gen archs`): tests loop over these rather
+    than over a list of their own. Empty when gguf-gen is not built (the tests that need
+    it fail on that themselves)."""
+    if not GEN or not os.access(GEN, os.X_OK):
+        return []
+    return subprocess.run([GEN, "archs"], capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
 def tool(name):
     path = os.path.join(BIN, name)
     if not os.path.exists(path):

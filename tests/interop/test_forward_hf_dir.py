@@ -24,14 +24,14 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import BIN, GEN, SHARED, tool
+from conftest import BIN, GEN, SHARED, gen_archs, tool
 from test_safetensors_numpy import dequant, read_checkpoint
 
 HF = os.path.join(SHARED, "hf") if SHARED else ""
 need_hf = pytest.mark.skipif(not HF or not os.path.isdir(HF),
                              reason="../shared/testdata/hf is absent")
 MODELS = ["llama", "deepseek_v3"]
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "glm4moe", "glm-dsa"]
+ARCHS = gen_archs()
 TOK = "1,5,9,200,33,7,81,4,150,3,60,12"
 
 

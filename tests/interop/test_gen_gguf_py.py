@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 gguf = pytest.importorskip("gguf")
-from conftest import GEN, SHARED  # noqa: E402
+from conftest import GEN, SHARED, gen_archs  # noqa: E402
 
 SMALL = ["--embd", "256", "--ff", "256", "--heads", "8", "--kv-heads", "4", "--head-dim", "32",
          "--vocab", "300", "--expert-ff", "256", "--experts", "4", "--kv-lora", "32",
@@ -85,8 +85,7 @@ def check_values(reader, type_name):
             assert x.std() > 0.002, (t.name, type_name)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "glm4moe",
-                                  "glm-dsa"])
+@pytest.mark.parametrize("arch", gen_archs())
 def test_every_arch(tmp_path, arch):
     r = gguf.GGUFReader(gen(tmp_path, "m.gguf", "model", "--arch", arch, *SMALL, "--type", "Q8_0"))
     assert value(r.fields["general.architecture"]) == arch

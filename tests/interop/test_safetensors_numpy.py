@@ -45,7 +45,7 @@ def ours(lib, ckpt, name, n):
                                           ctypes.c_uint64(n), err) == 0, err.raw[16:300]
         return out
     finally:
-        lib.gguf_st_set_close(s)
+        lib.gguf_st_set_free(s)
 
 
 # ---- an independent reader and the formulas ----

@@ -73,8 +73,8 @@ class Ours:
         _fields_ = [("code", ctypes.c_int), ("sys_errno", ctypes.c_int),
                     ("offset", ctypes.c_uint64), ("message", ctypes.c_char * 768)]
 
-    class Opts(ctypes.Structure):
-        _fields_ = [("add_bos", ctypes.c_int), ("add_eos", ctypes.c_int),
+    class Opts(ctypes.Structure):  # gguf_tokenize_opts, GGUF_TOKENIZE_OPTS_VERSION 1
+        _fields_ = [("version", ctypes.c_uint), ("add_bos", ctypes.c_int), ("add_eos", ctypes.c_int),
                     ("parse_special", ctypes.c_bool)]
 
     lib = None
@@ -96,7 +96,7 @@ class Ours:
                 lib.gguf_detokenize.argtypes = [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64, P,
                                                 ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t), P]
                 lib.gguf_tokenizer_free.argtypes = [P]
-                lib.gguf_set_close.argtypes = [P]
+                lib.gguf_set_free.argtypes = [P]
                 cls.libc = ctypes.CDLL(None)
                 cls.libc.free.argtypes = [P]
                 cls.lib = lib
@@ -112,7 +112,7 @@ class Ours:
 
     def ids(self, text, parse_special=False):
         err = self.Err()
-        opts = self.Opts(0, 0, parse_special)
+        opts = self.Opts(1, 0, 0, parse_special)
         out = ctypes.POINTER(ctypes.c_int32)()
         n = ctypes.c_int64()
         raw = text.encode()
@@ -137,7 +137,7 @@ class Ours:
 
     def close(self):
         self.lib.gguf_tokenizer_free(self.tok)
-        self.lib.gguf_set_close(self.set)
+        self.lib.gguf_set_free(self.set)
 
 
 def read_vocab(path):

@@ -282,8 +282,8 @@ START_TEST(identical_records)
     ck_assert_uint_eq(res->entries[8].kind, GGUF_CMP_KIND_LOGITS);
     ck_assert(res->entries[8].kl == 0 && res->entries[8].top1 == 1);
     gguf_cmp_result_free(res);
-    gguf_record_close(a);
-    gguf_record_close(b);
+    gguf_record_free(a);
+    gguf_record_free(b);
 }
 END_TEST
 
@@ -343,8 +343,8 @@ START_TEST(first_divergence_order)
     ck_assert_str_eq(res->tol_origin, "given");
     ck_assert_int_eq(res->n_over, 2);
     gguf_cmp_result_free(res);
-    gguf_record_close(a);
-    gguf_record_close(b);
+    gguf_record_free(a);
+    gguf_record_free(b);
 }
 END_TEST
 
@@ -372,7 +372,7 @@ START_TEST(not_comparable)
     ck_assert_int_eq(gguf_compare(&res, a8, a, NULL, &err), 0);
     ck_assert_int_eq(res->extra_in_b, 1);
     gguf_cmp_result_free(res);
-    gguf_record_close(a8);
+    gguf_record_free(a8);
 
     /* Shape mismatch. */
     cap_spec s[9];
@@ -382,7 +382,7 @@ START_TEST(not_comparable)
     ck_assert_int_eq(gguf_compare(&res, a, b, NULL, &err), GGUF_E_BAD_SHAPE);
     ck_assert_msg(strstr(err.message, "'blk.2.attn_out' rank 0: shape [4, 2], but") != NULL,
                   "%s", err.message);
-    gguf_record_close(b);
+    gguf_record_free(b);
 
     /* Another model; allowed on request. */
     b = open_rec(make_record("d.gguf", 1, "00000000000000000000000000000002", toks, 2, ref, 9));
@@ -391,7 +391,7 @@ START_TEST(not_comparable)
     gguf_cmp_opts o = {.flags = GGUF_CMP_ANY_MODEL};
     ck_assert_int_eq(gguf_compare(&res, a, b, &o, &err), 0);
     gguf_cmp_result_free(res);
-    gguf_record_close(b);
+    gguf_record_free(b);
 
     /* Other tokens. */
     const int32_t t3[3] = {5, 6, 7};
@@ -401,7 +401,7 @@ START_TEST(not_comparable)
     o.flags = GGUF_CMP_ANY_TOKENS;
     ck_assert_int_eq(gguf_compare(&res, a, b, &o, &err), 0);
     gguf_cmp_result_free(res);
-    gguf_record_close(b);
+    gguf_record_free(b);
 
     /* Ranks that cannot be paired: 2 against 3. */
     cap_spec r2[2] = {{"logits", 0, 4, 1, 0}, {"logits", 1, 4, 1, 0}};
@@ -414,14 +414,14 @@ START_TEST(not_comparable)
     gguf_record *one = open_rec(make_record("r1.gguf", 1, DIG, toks, 2, r2, 1));
     ck_assert_int_eq(gguf_compare(&res, x, one, NULL, &err), 0);
     gguf_cmp_result_free(res);
-    gguf_record_close(one);
+    gguf_record_free(one);
     gguf_record *y2 = open_rec(make_record("r3b.gguf", 3, DIG, toks, 2, r3, 2));
     ck_assert_int_eq(gguf_compare(&res, y2, y, NULL, &err), GGUF_E_NOT_FOUND);
     ck_assert_msg(strstr(err.message, "r3b.gguf: capture 'logits' rank 2: missing") != NULL,
                   "%s", err.message);
-    gguf_record_close(y2);
-    gguf_record_close(x);
-    gguf_record_close(y);
+    gguf_record_free(y2);
+    gguf_record_free(x);
+    gguf_record_free(y);
 
     /* Nothing in common, even with GGUF_CMP_COMMON. */
     cap_spec other[1] = {{"blk.0.something_else", 0, 8, 2, 0}};
@@ -429,13 +429,13 @@ START_TEST(not_comparable)
     gguf_cmp_opts co = {.flags = GGUF_CMP_COMMON};
     ck_assert_int_eq(gguf_compare(&res, a, b, &co, &err), GGUF_E_NOT_FOUND);
     ck_assert(strstr(err.message, "no capture point in common") != NULL);
-    gguf_record_close(b);
+    gguf_record_free(b);
 
     /* No captures at all. */
     b = open_rec(make_record("e.gguf", 1, DIG, toks, 2, ref, 0));
     ck_assert_int_eq(gguf_compare(&res, b, a, NULL, &err), GGUF_E_NOT_FOUND);
-    gguf_record_close(b);
-    gguf_record_close(a);
+    gguf_record_free(b);
+    gguf_record_free(a);
 }
 END_TEST
 
@@ -479,7 +479,7 @@ START_TEST(router_records)
     ck_assert(strstr(err.message, "experts 0.5") != NULL);
     gguf_cmp_result_free(res);
     for (int k = 0; k < 3; k++)
-        gguf_record_close(r[k]);
+        gguf_record_free(r[k]);
 }
 END_TEST
 

@@ -40,7 +40,7 @@ START_TEST(named_errors)
             ck_assert_msg(strstr(err.message, e->d_name) != NULL, "%s: message lacks the file: %s",
                           e->d_name, err.message);
         }
-        gguf_file_close(f);
+        gguf_file_free(f);
         checked++;
     }
     closedir(d);

@@ -9,6 +9,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -932,6 +933,64 @@ START_TEST(err_unsupported_path)
 }
 END_TEST
 
+/* The scale layouts gguf-dequant-verify's scan relies on, one per kind of
+ * field: an f16 d (and dmin), Q8_K's f32 d, IQ1_M's nibbles, E8M0, UE4M3. */
+START_TEST(block_scale_flags)
+{
+    uint8_t b[512] = {0};
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q8_0, b), GGUF_SCALE_ZERO);
+    b[0] = 0x00, b[1] = 0x3C; /* d = 1.0 */
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q8_0, b), 0);
+    b[0] = 0x01, b[1] = 0x00; /* d subnormal */
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q8_0, b), GGUF_SCALE_SUBNORMAL);
+    b[0] = 0x00, b[1] = 0x7C; /* d = Inf */
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q4_1, b), GGUF_SCALE_INF);
+
+    /* Q4_K: a zero dmin is normal, a NaN dmin is not */
+    memset(b, 0, sizeof b);
+    const size_t d = offsetof(gguf_block_q4_k, d), dm = offsetof(gguf_block_q4_k, dmin);
+    b[d + 1] = 0x3C;
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q4_K, b), 0);
+    b[dm] = 0x01, b[dm + 1] = 0x7C;
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q4_K, b), GGUF_SCALE_NAN);
+
+    /* Q8_K: f32 d */
+    memset(b, 0, sizeof b);
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q8_K, b), GGUF_SCALE_ZERO);
+    const float one = 1.0f;
+    memcpy(b + offsetof(gguf_block_q8_k, d), &one, 4);
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_Q8_K, b), 0);
+
+    /* IQ1_M: d = 0x3C00 spread over the top nibbles of the four uint16 */
+    memset(b, 0, sizeof b);
+    uint8_t *sc = b + offsetof(gguf_block_iq1_m, scales);
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_IQ1_M, b), GGUF_SCALE_ZERO);
+    sc[5] = 0xC0; /* nibble 2 (bits 8-11 of d) = 0xC */
+    sc[7] = 0x30; /* nibble 3 = 0x3 */
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_IQ1_M, b), 0);
+    sc[7] = 0x70; /* d = 0x7C00: Inf */
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_IQ1_M, b), GGUF_SCALE_INF);
+    sc[1] = 0x10; /* and a mantissa bit (nibble 0 of d): NaN */
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_IQ1_M, b), GGUF_SCALE_NAN);
+
+    /* MXFP4's exponent byte, NVFP4's four UE4M3 scales */
+    memset(b, 0, sizeof b);
+    b[offsetof(gguf_block_mxfp4, e)] = 0xFF;
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_MXFP4, b), GGUF_SCALE_NAN);
+    b[offsetof(gguf_block_mxfp4, e)] = 127;
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_MXFP4, b), 0);
+    memset(b, 0, sizeof b);
+    uint8_t *ns = b + offsetof(gguf_block_nvfp4, d);
+    ns[0] = 0x38, ns[1] = 0x80 | 0x38, ns[2] = 0x7F, ns[3] = 3;
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_NVFP4, b),
+                      GGUF_SCALE_BAD_ENCODING | GGUF_SCALE_NAN | GGUF_SCALE_SUBNORMAL);
+
+    /* no block scales, unknown ids */
+    ck_assert_uint_eq(gguf_block_scale_flags(GGUF_TYPE_F16, b), 0);
+    ck_assert_uint_eq(gguf_block_scale_flags(9999, b), 0);
+}
+END_TEST
+
 static Suite *dequant_suite(void)
 {
     Suite *s = suite_create("dequant");
@@ -942,6 +1001,7 @@ static Suite *dequant_suite(void)
     tcase_add_test(tc, bf16_conversions);
     tcase_add_test(tc, ue4m3_known);
     tcase_add_test(tc, e8m0_known);
+    tcase_add_test(tc, block_scale_flags);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("known_answers");

@@ -42,7 +42,7 @@ static void setup(void)
 static void teardown(void)
 {
     gguf_model_free(model);
-    gguf_set_close(set);
+    gguf_set_free(set);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -79,7 +79,7 @@ static void engine_answer(answer *a, gguf_fault fault)
     gguf_error err;
     gguf_shard_plan *plan = NULL;
     gguf_shard_opts so = {.tp = 2};
-    ck_assert_int_eq(gguf_shard_plan_build(&plan, model, &so, &err), 0);
+    ck_assert_int_eq(gguf_shard_plan_create(&plan, model, &so, &err), 0);
     if (fault != GGUF_FAULT_NONE)
         ck_assert_int_eq(gguf_shard_apply_fault(plan, fault, -1, &err), 0);
     memcpy(a->seq, prompt, sizeof prompt);
@@ -120,7 +120,7 @@ static void engine_answer(answer *a, gguf_fault fault)
 
 static gguf_diag_opts tp2(void)
 {
-    gguf_diag_opts o = {0};
+    gguf_diag_opts o = GGUF_DIAG_OPTS_INIT;
     o.tp[0] = 2;
     o.n_tp = 1;
     o.n_jobs = 2;
@@ -159,7 +159,7 @@ START_TEST(names_the_fault)
     ck_assert_ptr_null(d);
     ck_assert(strstr(err.message, "more than the bound of 3") != NULL);
     /* a raised cancel flag stops it */
-    volatile sig_atomic_t stop = 1;
+    gguf_cancel_flag stop = 1;
     o = tp2();
     o.cancel = &stop;
     ck_assert_int_eq(gguf_diagnose(&d, model, &da, 1, &tol, &o, &err), GGUF_E_INTERRUPTED);
@@ -213,6 +213,11 @@ START_TEST(bad_arguments)
     /* the automatic sizes are those the model splits evenly: 1, 2, 4, 8 here */
     o.n_tp = 0;
     ck_assert_int_eq(gguf_diagnose_count(model, 1, &o, &n_cand, &n_runs, &err), 0);
+    /* a layout newer than the library's */
+    o.version = GGUF_DIAG_OPTS_VERSION + 1;
+    ck_assert_int_eq(gguf_diagnose_count(model, 1, &o, &n_cand, &n_runs, &err),
+                     GGUF_E_OPTS_VERSION);
+    ck_assert_int_eq(gguf_diagnose(&d, model, &da, 1, &tol, &o, &err), GGUF_E_OPTS_VERSION);
     ck_assert_int_gt(n_cand, 20);
     gguf_diagnosis_free(NULL);
 }

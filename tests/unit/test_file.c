@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gguf/file.h"
+#include "gguf/tokenize.h"
 #include "helper_buf.h"
 
 static int open_buf(const tbuf *b, gguf_file **f, gguf_error *err)
@@ -80,7 +81,7 @@ START_TEST(valid_small)
     memcpy(&v, a->data + 4 * 5, 4);
     ck_assert(v == 5.0f);
     ck_assert_ptr_null(gguf_file_tensor_find(f, "c.weight"));
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -174,7 +175,7 @@ START_TEST(every_value_type)
     gguf_value x = gguf_value_elem(&inner, 2);
     ck_assert_int_eq(x.type, GGUF_VALUE_UINT16);
     ck_assert_int_eq(x.v.u16, 12);
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -309,7 +310,7 @@ START_TEST(zero_sized_tensor_is_valid)
     ck_assert_int_eq(open_buf(&b, &f, NULL), 0);
     ck_assert_int_eq(gguf_file_tensor_at(f, 0)->nbytes, 0);
     ck_assert_int_eq(gguf_file_tensor_at(f, 0)->n_elements, 0);
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -500,7 +501,7 @@ START_TEST(bad_versions)
     gguf_file *f;
     ck_assert_int_eq(open_buf(&b, &f, NULL), 0);
     ck_assert_int_eq(gguf_file_version(f), 2);
-    gguf_file_close(f);
+    gguf_file_free(f);
     tb_free(&b);
 }
 END_TEST
@@ -523,6 +524,33 @@ START_TEST(status_names)
         ck_assert(strcmp(gguf_strerror(c), "unknown error") != 0);
     }
     ck_assert_str_eq(gguf_status_name(-999), "GGUF_E_UNKNOWN");
+}
+END_TEST
+
+/* GGUF_E_OPTS_VERSION: an options struct newer than the library is refused,
+ * naming the struct; 0 (a zeroed struct) and the current version are known. */
+START_TEST(opts_version)
+{
+    tbuf b = {0};
+    make_valid(&b);
+    gguf_file *f = NULL;
+    gguf_error err;
+    gguf_open_opts o = GGUF_OPEN_OPTS_INIT;
+    ck_assert_uint_eq(o.version, GGUF_OPEN_OPTS_VERSION);
+    ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err), 0);
+    gguf_file_free(f);
+    o.version = 0;
+    ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err), 0);
+    gguf_file_free(f);
+    o.version = GGUF_OPEN_OPTS_VERSION + 1;
+    ck_assert_int_eq(gguf_file_open_memory(&f, b.p, b.n, "t.gguf", &o, &err),
+                     GGUF_E_OPTS_VERSION);
+    ck_assert_ptr_nonnull(strstr(err.message, "gguf_open_opts"));
+    ck_assert_str_eq(gguf_status_name(GGUF_E_OPTS_VERSION), "GGUF_E_OPTS_VERSION");
+    gguf_tokenize_opts to;
+    gguf_tokenize_opts_init(&to);
+    ck_assert_uint_eq(to.version, GGUF_TOKENIZE_OPTS_VERSION);
+    tb_free(&b);
 }
 END_TEST
 
@@ -566,6 +594,7 @@ int main(void)
     tcase_add_test(tc, bad_versions);
     tcase_add_test(tc, open_path_errors);
     tcase_add_test(tc, status_names);
+    tcase_add_test(tc, opts_version);
     tcase_add_test(tc, type_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -49,7 +49,7 @@ static open_model load(const char *arch)
 static void unload(open_model *om)
 {
     gguf_model_free(om->m);
-    gguf_set_close(om->set);
+    gguf_set_free(om->set);
 }
 
 static const int32_t TOK[5] = {1, 5, 9, 200, 33};
@@ -251,8 +251,8 @@ START_TEST(tp_one_rank_equals_reference)
         const int64_t V = gguf_model_hparams(om.m)->n_vocab;
         gguf_error err;
         gguf_shard_plan *p;
-        gguf_shard_opts so = {1, 0, GGUF_ENGINE_VLLM, 0};
-        ck_assert_int_eq(gguf_shard_plan_build(&p, om.m, &so, &err), 0);
+        gguf_shard_opts so = {.tp = 1, .ep = 0, .engine = GGUF_ENGINE_VLLM};
+        ck_assert_int_eq(gguf_shard_plan_create(&p, om.m, &so, &err), 0);
         gguf_fwd_ctx *c;
         ck_assert_int_eq(gguf_fwd_tp_create(&c, om.m, p, NULL, &err), 0);
         float *lg = malloc(sizeof(float) * (size_t)(5 * V));
@@ -262,8 +262,8 @@ START_TEST(tp_one_rank_equals_reference)
         gguf_fwd_ctx_free(c);
         /* tp 2: batch and incremental (KV cache per rank) agree with the reference */
         gguf_shard_plan *p2;
-        gguf_shard_opts so2 = {2, 0, GGUF_ENGINE_VLLM, 0};
-        ck_assert_int_eq(gguf_shard_plan_build(&p2, om.m, &so2, &err), 0);
+        gguf_shard_opts so2 = {.tp = 2, .ep = 0, .engine = GGUF_ENGINE_VLLM};
+        ck_assert_int_eq(gguf_shard_plan_create(&p2, om.m, &so2, &err), 0);
         ck_assert_int_eq(gguf_fwd_tp_create(&c, om.m, p2, NULL, &err), 0);
         ck_assert_int_eq(gguf_fwd_eval(c, TOK, 2, lg, &err), 0);
         ck_assert_int_eq(gguf_fwd_eval(c, TOK + 2, 3, lg + 2 * V, &err), 0);
@@ -325,7 +325,7 @@ START_TEST(token_text)
         id = find_token(f, "\xe2\x96\x81the");
         ck_assert_int_eq(gguf_fwd_token_text(f, id, buf, 3), 2);
         ck_assert_str_eq(buf, " t");
-        gguf_file_close(f);
+        gguf_file_free(f);
     }
     /* GPT-2 byte-level: U+0120 is a space byte */
     snprintf(path, sizeof path, "%s/vocab/ggml-vocab-gpt-2.gguf", shared);
@@ -339,7 +339,7 @@ START_TEST(token_text)
         ck_assert_int_ge(id, 0);
         gguf_fwd_token_text(f, id, buf, sizeof buf);
         ck_assert_str_eq(buf, "\n");
-        gguf_file_close(f);
+        gguf_file_free(f);
     }
 }
 END_TEST

@@ -176,7 +176,7 @@ static void reference(const gguf_tensor *t, int64_t row0, int64_t n_rows, const 
     uint64_t row_bytes;
     ck_assert_int_eq(gguf_type_row_bytes(t->type, t->ne[0], &row_bytes), 0);
     float *w = malloc(sizeof(float) * (size_t)(n_rows * t->ne[0]));
-    const gguf_dequant_opts o = {GGUF_DEQUANT_SCALAR, 1, NULL};
+    const gguf_dequant_opts o = {.path = GGUF_DEQUANT_SCALAR, .n_threads = 1};
     ck_assert_int_eq(gguf_dequant_rows(t->type, t->data + (uint64_t)row0 * row_bytes, 0, w,
                                        t->ne[0], n_rows, &o, NULL),
                      0);
@@ -359,7 +359,7 @@ static void real_open(real_model *r)
 static void real_close(real_model *r)
 {
     gguf_model_free(r->m);
-    gguf_set_close(r->set);
+    gguf_set_free(r->set);
     th_rmdir(r->dir);
     free(r->dir);
 }

@@ -24,7 +24,7 @@ static gguf_import_map *parse_ok(const char *text)
 {
     gguf_import_map *m = NULL;
     gguf_error err;
-    ck_assert_msg(gguf_import_map_parse(&m, text, strlen(text), "t.map", &err) == 0, "%s: %s",
+    ck_assert_msg(gguf_import_map_open_memory(&m, text, strlen(text), "t.map", &err) == 0, "%s: %s",
                   text, err.message);
     return m;
 }
@@ -33,7 +33,7 @@ static void parse_fail(const char *text, int code, const char *needle, int64_t o
 {
     gguf_import_map *m = NULL;
     gguf_error err;
-    const int rc = gguf_import_map_parse(&m, text, strlen(text), "t.map", &err);
+    const int rc = gguf_import_map_open_memory(&m, text, strlen(text), "t.map", &err);
     ck_assert_msg(rc == code, "%s: expected %s, got %s: %s", text, gguf_status_name(code),
                   gguf_status_name(rc), err.message);
     ck_assert_ptr_null(m);
@@ -87,7 +87,7 @@ static int corpus_one(const char *path, const char *name, gguf_error *err)
 {
     (void)name;
     gguf_import_map *m = NULL;
-    const int rc = gguf_import_map_load(&m, path, err);
+    const int rc = gguf_import_map_open(&m, path, err);
     gguf_import_map_free(m);
     return rc;
 }
@@ -108,16 +108,16 @@ static void npy(const char *name, const int64_t *shape, int nd, float (*f)(int64
     snprintf(path, sizeof path, "%s/%s", dir, name);
     gguf_npy_writer *w;
     gguf_error err;
-    ck_assert_int_eq(gguf_npy_create_f32(&w, path, shape, nd, NULL, &err), 0);
+    ck_assert_int_eq(gguf_npy_writer_create_f32(&w, path, shape, nd, NULL, &err), 0);
     int64_t n = 1;
     for (int i = 0; i < nd; i++)
         n *= shape[i];
     for (int64_t i = 0; i < n; i++) {
         const float v = f(i);
-        ck_assert_int_eq(gguf_npy_append_f32(w, &v, 1, &err), 0);
+        ck_assert_int_eq(gguf_npy_writer_append_f32(w, &v, 1, &err), 0);
     }
-    ck_assert_int_eq(gguf_npy_commit(w, &err), 0);
-    gguf_npy_free(w);
+    ck_assert_int_eq(gguf_npy_writer_commit(w, &err), 0);
+    gguf_npy_writer_free(w);
 }
 
 static float ident(int64_t i)
@@ -210,7 +210,7 @@ START_TEST(stacked_npy)
             ck_assert(c->data[i] == (float)(k * 20 + i));
     }
     ck_assert_int_eq(gguf_record_get_meta(r)->n_tokens, 4);
-    gguf_record_close(r);
+    gguf_record_free(r);
     /* a token count that is not the sequence length */
     char path[4096];
     snprintf(path, sizeof path, "%s/bad.gguf", dir);
@@ -244,7 +244,7 @@ START_TEST(per_layer_transposed)
     for (int t = 0; t < 4; t++)
         for (int h = 0; h < 5; h++)
             ck_assert(c->data[t * 5 + h] == (float)(h * 4 + t));
-    gguf_record_close(r);
+    gguf_record_free(r);
     gguf_import_plan_free(p);
 }
 END_TEST
@@ -279,7 +279,7 @@ START_TEST(vllm_safetensors)
     for (int t = 0; t < 3; t++)
         for (int j = 0; j < 4; j++)
             ck_assert(c->data[t * 4 + j] == gguf_bf16_to_fp32(h[t * 8 + 4 + j]));
-    gguf_record_close(r);
+    gguf_record_free(r);
     gguf_import_plan_free(p);
 }
 END_TEST

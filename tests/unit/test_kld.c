@@ -183,7 +183,7 @@ START_TEST(write_then_read)
               st.median_kld >= st.min_kld);
     ck_assert(st.same_top_p < 1.0);
     gguf_kld_acc_free(acc);
-    gguf_kld_close(f);
+    gguf_kld_free(f);
     free(b);
 }
 END_TEST
@@ -235,7 +235,7 @@ START_TEST(hand_built)
     NEAR(scale, 0.001, 1e-9);
     NEAR(lp[0], 0.001f * 4000 - 3.0f, 1e-5); /* q[0] = 4 * 1000 */
     NEAR(lp[2], 0.001f * 6000 - 3.0f, 1e-5);
-    gguf_kld_close(f);
+    gguf_kld_free(f);
 
     open_fails(&b, b.n - 1, GGUF_E_TRUNCATED, "chunk 1, row 1");
     open_fails(&b, 20 + 4 * 6, GGUF_E_TRUNCATED, "tokens");
@@ -294,7 +294,7 @@ START_TEST(hand_built)
     gguf_kld_file *f2;
     ck_assert_int_eq(gguf_kld_open_memory(&f2, NULL, 0, NULL, &err), GGUF_E_TRUNCATED);
     ck_assert_int_eq(gguf_kld_open(&f2, "/nonexistent/x.kld", &err), GGUF_E_IO);
-    gguf_kld_close(NULL);
+    gguf_kld_free(NULL);
 }
 END_TEST
 
@@ -342,7 +342,7 @@ START_TEST(corpus_names)
         gguf_kld_file *f = NULL;
         gguf_error err;
         const int rc = gguf_kld_open(&f, path, &err);
-        gguf_kld_close(f);
+        gguf_kld_free(f);
         if (strncmp(e->d_name, "ok--", 4) == 0) {
             ck_assert_msg(rc == 0, "%s: %s", e->d_name, err.message);
         } else {

@@ -130,7 +130,7 @@ START_TEST(hf_deepseek_v3)
         free(vb);
         free(joined);
     }
-    gguf_set_close(set);
+    gguf_set_free(set);
 }
 END_TEST
 

@@ -124,7 +124,7 @@ START_TEST(ds2_hparams)
     ck_assert_int_eq(gguf_model_role_expected(m, 1, GGUF_ROLE_FFN_EXP_PROBS_B), 2);
     ck_assert_int_eq(gguf_model_role_expected(m, 1, GGUF_ROLE_ATTN_K), 0);
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -147,7 +147,7 @@ START_TEST(llama_and_qwen3moe)
     const gguf_model_tensor *q = gguf_model_tensor_find(m, "blk.0.attn_q.weight");
     ck_assert_ptr_nonnull(strstr(q->hf_note, "permuted"));
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
 
     ck_assert_int_eq(open_spec(hr_qwen3moe_kvs, NULL, hr_qwen3moe_tensors, &s, &m, &err), 0);
     h = gguf_model_hparams(m);
@@ -161,7 +161,7 @@ START_TEST(llama_and_qwen3moe)
     ck_assert_int_eq(h->n_expert_shared, 0);
     ck_assert_ptr_null(gguf_model_get(m, -1, GGUF_ROLE_OUTPUT));
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -238,6 +238,12 @@ START_TEST(names_and_permutation)
     ck_assert_int_eq(gguf_llama_qk_row_to_hf(9, 8), 12); /* head 1 */
     ck_assert_str_eq(gguf_arch_name(gguf_arch_from_name("glm-dsa")), "glm-dsa");
     ck_assert_int_eq(gguf_arch_from_name("gpt2"), GGUF_ARCH_UNKNOWN);
+    /* tensor naming: llama's converter's other architectures */
+    ck_assert_int_eq(gguf_arch_naming_from_name("mistral"), GGUF_ARCH_LLAMA);
+    ck_assert_int_eq(gguf_arch_naming_from_name("granite"), GGUF_ARCH_LLAMA);
+    ck_assert_int_eq(gguf_arch_naming_from_name("qwen3moe"), GGUF_ARCH_QWEN3MOE);
+    ck_assert_int_eq(gguf_arch_naming_from_name("gpt2"), GGUF_ARCH_UNKNOWN);
+    ck_assert_int_eq(gguf_arch_naming_from_name(NULL), GGUF_ARCH_UNKNOWN);
 }
 END_TEST
 
@@ -255,7 +261,7 @@ static void expect_fail(const char *const *extra, const char *const *ts, int cod
     ck_assert_ptr_null(m);
     ck_assert_msg(strstr(err.message, needle) != NULL, "message '%s' lacks '%s'", err.message,
                   needle);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 
 START_TEST(err_missing_keys_listed)
@@ -326,7 +332,7 @@ START_TEST(err_head_kv_not_divisor)
     int rc = open_spec(hr_llama_kvs, extra, hr_llama_tensors, &s, &m, &err);
     ck_assert_int_eq(rc, GGUF_E_BAD_VALUE);
     ck_assert_ptr_nonnull(strstr(err.message, "llama.attention.head_count_kv: 3 does not divide"));
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -369,12 +375,12 @@ START_TEST(err_array_per_layer)
     ck_assert_int_eq(open_spec(hr_llama_kvs, same, hr_llama_tensors, &s, &m, &err), 0);
     ck_assert_int_eq(gguf_model_hparams(m)->n_head_kv, 2);
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
     const char *diff[] = {"arru32 llama.attention.head_count_kv 2,4", NULL};
     ck_assert_int_eq(open_spec(hr_llama_kvs, diff, hr_llama_tensors, &s, &m, &err),
                      GGUF_E_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.message, "per-layer values that differ"));
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -395,7 +401,7 @@ START_TEST(unknown_tensor_kept)
     ck_assert_int_eq(mt->layer, 1);
     ck_assert_ptr_null(mt->hf_name);
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -440,7 +446,7 @@ START_TEST(allow_missing_and_parts)
     ck_assert_int_eq(gguf_model_open(&m2, NULL, &err), GGUF_E_INVALID);
     gguf_model_free(m);
     gguf_model_free(NULL);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -494,7 +500,7 @@ START_TEST(metadata_sweep)
                 n_ok++;
                 gguf_shard_opts o = {.tp = 2, .ep = 2, .engine = GGUF_ENGINE_SGLANG};
                 gguf_shard_plan *p;
-                if (gguf_shard_plan_build(&p, m, &o, &err) == 0) {
+                if (gguf_shard_plan_create(&p, m, &o, &err) == 0) {
                     for (int f = 1; f < GGUF_FAULT_COUNT; f++)
                         gguf_shard_apply_fault(p, (gguf_fault)f, -1, &err);
                     gguf_shard_plan_free(p);
@@ -506,7 +512,7 @@ START_TEST(metadata_sweep)
                 ck_assert_msg(err.message[0] != '\0', "%s: no message", line);
                 ck_assert_ptr_null(m);
             }
-            gguf_set_close(s);
+            gguf_set_free(s);
         }
     }
     ck_assert_int_gt(n_ok, 10);  /* optional keys may go */
@@ -578,7 +584,7 @@ START_TEST(real_deepseek_v3)
     for (int64_t i = 0; i < gguf_model_tensor_count(m); i++)
         ck_assert_int_ne(gguf_model_tensor_at(m, i)->role, GGUF_ROLE_UNKNOWN);
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -595,7 +601,7 @@ START_TEST(real_llama_and_stories)
     ck_assert_int_eq(h->n_embd_head_k, 32);
     ck_assert_int_eq(h->n_vocab, 1024);
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
 
     m = open_real("models/stories260K.gguf", &s);
     if (!m)
@@ -608,7 +614,7 @@ START_TEST(real_llama_and_stories)
     ck_assert_int_eq(h->n_rot, 8);
     ck_assert_int_eq(h->n_ctx_train, 2048);
     gguf_model_free(m);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 

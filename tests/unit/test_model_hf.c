@@ -317,7 +317,7 @@ START_TEST(llama_checkpoint)
     /* virtual ranks slice GGUF tensors: refused */
     gguf_shard_plan *plan = NULL;
     gguf_shard_opts so = {.tp = 2};
-    if (gguf_shard_plan_build(&plan, m, &so, &err) == 0) {
+    if (gguf_shard_plan_create(&plan, m, &so, &err) == 0) {
         ck_assert_int_eq(gguf_fwd_tp_create(&ctx, m, plan, NULL, &err), GGUF_E_UNSUPPORTED);
         ck_assert_msg(strstr(err.message, "HF checkpoint"), "%s", err.message);
     }

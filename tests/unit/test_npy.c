@@ -130,7 +130,7 @@ START_TEST(descr_classes)
     float f[2];
     ck_assert_int_eq(gguf_npy_read_f32(a, 0, 2, f, &err), 0);
     ck_assert(f[0] == gguf_bf16_to_fp32(0x0100) && f[1] == gguf_bf16_to_fp32(0x0302));
-    gguf_npy_close(a);
+    gguf_npy_free(a);
 }
 END_TEST
 
@@ -186,7 +186,7 @@ START_TEST(grammar)
             ck_assert_int_eq(in->shape[0], ok[i].d0);
         ck_assert_int_eq(in->n_elements, (int64_t)n / 4);
         ck_assert_str_eq(in->descr, "<f4");
-        gguf_npy_close(a);
+        gguf_npy_free(a);
     }
 }
 END_TEST
@@ -198,7 +198,7 @@ static int corpus_one(const char *path, const char *name, gguf_error *err)
     const gguf_npy_opts o = {.v2_as_bf16 = true};
     gguf_npy *a = NULL;
     const int rc = gguf_npy_open(&a, path, &o, err);
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     return rc;
 }
 
@@ -238,11 +238,11 @@ START_TEST(values)
         ck_assert_int_eq(gguf_npy_read_f32(a, 4, 2, f, &err), 0);
         ck_assert(f[0] == 4 && f[1] == 5);
         ck_assert_int_eq(gguf_npy_read_i64(a, 0, 1, v, &err), GGUF_E_BAD_TYPE);
-        gguf_npy_close(a);
+        gguf_npy_free(a);
     }
     gguf_npy *a = open_corpus("ok--version-3.npy");
     ck_assert_int_eq(gguf_npy_get_info(a)->major, 3);
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     /* arange(24).reshape(2,3,4) stored in Fortran order reads back in C order */
     a = open_corpus("ok--fortran.npy");
     ck_assert(gguf_npy_get_info(a)->fortran_order);
@@ -252,12 +252,12 @@ START_TEST(values)
     ck_assert_int_eq(gguf_npy_read_f32(a, 7, 9, f, &err), 0);
     for (int i = 0; i < 9; i++)
         ck_assert(f[i] == (float)(7 + i));
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     a = open_corpus("ok--v2.npy");
     ck_assert_int_eq(gguf_npy_read_f32(a, 0, 6, f, &err), 0);
     for (int i = 0; i < 6; i++)
         ck_assert(f[i] == gguf_bf16_to_fp32((uint16_t)i));
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     a = open_corpus("ok--i8.npy");
     ck_assert_int_eq(gguf_npy_read_i64(a, 0, 3, v, &err), 0);
     ck_assert(v[0] == 1 && v[1] == 17 && v[2] == 42);
@@ -265,20 +265,20 @@ START_TEST(values)
     ck_assert(f[0] == 42);
     ck_assert_int_eq(gguf_npy_read_i64(a, 2, 2, v, &err), GGUF_E_INVALID);
     ck_assert_int_eq(gguf_npy_read_i64(a, -1, 1, v, &err), GGUF_E_INVALID);
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     a = open_corpus("ok--u1.npy");
     ck_assert_int_eq(gguf_npy_read_i64(a, 0, 3, v, &err), 0);
     ck_assert(v[0] == 1 && v[1] == 2 && v[2] == 255);
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     a = open_corpus("ok--scalar.npy");
     ck_assert_int_eq(gguf_npy_get_info(a)->n_dims, 0);
     ck_assert_int_eq(gguf_npy_read_f32(a, 0, 1, f, &err), 0);
     ck_assert(f[0] == 3.5f);
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     a = open_corpus("ok--empty.npy");
     ck_assert_int_eq(gguf_npy_get_info(a)->n_elements, 0);
     ck_assert_int_eq(gguf_npy_read_f32(a, 0, 1, f, &err), GGUF_E_INVALID);
-    gguf_npy_close(a);
+    gguf_npy_free(a);
 }
 END_TEST
 
@@ -301,7 +301,7 @@ START_TEST(writer_round_trip)
     float y[12];
     ck_assert_int_eq(gguf_npy_read_f32(a, 0, 12, y, &err), 0);
     ck_assert(!memcmp(x, y, sizeof x));
-    gguf_npy_close(a);
+    gguf_npy_free(a);
     th_rmdir(dir);
     free(dir);
 }

@@ -156,6 +156,45 @@ START_TEST(missing_folder_is_io_error)
 }
 END_TEST
 
+START_TEST(small_file_read_whole)
+{
+    gguf_error err;
+    char *text;
+    size_t n = 99;
+    ck_assert_int_eq(gguf_output_write_file(tpath("p.txt"), "1,2\n3", 5, NULL, &err), 0);
+    ck_assert_int_eq(gguf_read_small_file(tpath("p.txt"), 5, &text, &n, &err), 0);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_str_eq(text, "1,2\n3");
+    free(text);
+    ck_assert_int_eq(gguf_read_small_file(tpath("p.txt"), 4, &text, NULL, &err), GGUF_E_LIMIT);
+    ck_assert_ptr_null(text);
+    ck_assert_int_eq(gguf_read_small_file(tpath("none"), 4, &text, &n, &err), GGUF_E_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "none"));
+    ck_assert_int_eq(gguf_read_small_file(tdir, 4, &text, &n, &err), GGUF_E_IO);
+    ck_assert_int_ne(err.sys_errno, 0);
+    ck_assert_int_eq(gguf_read_small_file(NULL, 4, &text, &n, &err), GGUF_E_INVALID);
+
+    /* a pipe is read to its end, and held to the same limit */
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    ck_assert_int_eq(write(fd[1], "abcdef", 6), 6);
+    close(fd[1]);
+    char dev[64];
+    snprintf(dev, sizeof dev, "/dev/fd/%d", fd[0]);
+    ck_assert_int_eq(gguf_read_small_file(dev, 6, &text, &n, &err), 0);
+    ck_assert_uint_eq(n, 6);
+    ck_assert_str_eq(text, "abcdef");
+    free(text);
+    close(fd[0]);
+    ck_assert_int_eq(pipe(fd), 0);
+    ck_assert_int_eq(write(fd[1], "abcdef", 6), 6);
+    close(fd[1]);
+    snprintf(dev, sizeof dev, "/dev/fd/%d", fd[0]);
+    ck_assert_int_eq(gguf_read_small_file(dev, 5, &text, &n, &err), GGUF_E_LIMIT);
+    close(fd[0]);
+}
+END_TEST
+
 START_TEST(npy_layout)
 {
     gguf_error err;
@@ -178,13 +217,13 @@ START_TEST(npy_layout)
     /* one dimension keeps the tuple comma */
     gguf_npy_writer *w = NULL;
     const int64_t shape[1] = {4};
-    ck_assert_int_eq(gguf_npy_create_f32(&w, tpath("v.npy"), shape, 1, NULL, &err), 0);
-    ck_assert_int_eq(gguf_npy_append_f32(w, v, 3, &err), 0);
-    ck_assert_int_eq(gguf_npy_append_f32(w, v, 2, &err), GGUF_E_INVALID); /* past the shape */
-    ck_assert_int_eq(gguf_npy_commit(w, &err), GGUF_E_INVALID);           /* one short */
-    ck_assert_int_eq(gguf_npy_append_f32(w, v, 1, &err), 0);
-    ck_assert_int_eq(gguf_npy_commit(w, &err), 0);
-    gguf_npy_free(w);
+    ck_assert_int_eq(gguf_npy_writer_create_f32(&w, tpath("v.npy"), shape, 1, NULL, &err), 0);
+    ck_assert_int_eq(gguf_npy_writer_append_f32(w, v, 3, &err), 0);
+    ck_assert_int_eq(gguf_npy_writer_append_f32(w, v, 2, &err), GGUF_E_INVALID); /* past the shape */
+    ck_assert_int_eq(gguf_npy_writer_commit(w, &err), GGUF_E_INVALID);           /* one short */
+    ck_assert_int_eq(gguf_npy_writer_append_f32(w, v, 1, &err), 0);
+    ck_assert_int_eq(gguf_npy_writer_commit(w, &err), 0);
+    gguf_npy_writer_free(w);
     b = (unsigned char *)slurp(tpath("v.npy"), &n);
     ck_assert_ptr_nonnull(strstr((char *)b + 10, "'shape': (4,), }"));
     free(b);
@@ -203,6 +242,7 @@ int main(void)
     tcase_add_test(tc, appeared_meanwhile_not_replaced);
     tcase_add_test(tc, unique_temporary_names);
     tcase_add_test(tc, missing_folder_is_io_error);
+    tcase_add_test(tc, small_file_read_whole);
     tcase_add_test(tc, npy_layout);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

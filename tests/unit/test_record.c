@@ -128,7 +128,7 @@ START_TEST(round_trip_plain)
     check_sample(r, 1);
     /* It is a plain GGUF too. */
     ck_assert_int_eq(gguf_file_tensor_count(gguf_record_file(r)), 3);
-    gguf_record_close(r);
+    gguf_record_free(r);
     ck_assert_int_eq(count_entries(tdir), 1); /* no scratch or temp files left */
 }
 END_TEST
@@ -141,7 +141,7 @@ START_TEST(round_trip_ranks)
     ck_assert_msg(gguf_record_open(&r, tpath("r4.gguf"), &err) == 0, "%s", err.message);
     check_sample(r, 4);
     ck_assert_str_eq(gguf_record_capture_at(r, 11)->name, "logits@3");
-    gguf_record_close(r);
+    gguf_record_free(r);
 }
 END_TEST
 
@@ -159,11 +159,11 @@ START_TEST(round_trip_zstd)
     ck_assert_msg(gguf_record_open(&r, tpath("z.gguf.zst"), &err) == 0, "%s", err.message);
     ck_assert(gguf_record_compressed(r));
     check_sample(r, 2);
-    gguf_record_close(r);
+    gguf_record_free(r);
     /* From memory as well, and from a misaligned plain copy. */
     ck_assert_int_eq(gguf_record_open_memory(&r, buf, n, "mem.zst", &err), 0);
     check_sample(r, 2);
-    gguf_record_close(r);
+    gguf_record_free(r);
 }
 END_TEST
 
@@ -178,7 +178,7 @@ START_TEST(open_memory_misaligned)
     gguf_error err;
     ck_assert_msg(gguf_record_open_memory(&r, buf + 3, n, "odd", &err) == 0, "%s", err.message);
     check_sample(r, 1);
-    gguf_record_close(r);
+    gguf_record_free(r);
 }
 END_TEST
 
@@ -201,7 +201,7 @@ START_TEST(add_f64_rounds)
     const gguf_capture *c = gguf_record_capture_find(r, "output_norm", 0);
     ck_assert(c->data[4999] == (float)(1.0 / 5000));
     ck_assert(c->data[2] == (float)(1.0 / 3));
-    gguf_record_close(r);
+    gguf_record_free(r);
 }
 END_TEST
 
@@ -385,7 +385,7 @@ START_TEST(bad_records)
     ck_assert_msg(gguf_record_open(&r, tpath("ok.gguf"), &err) == 0, "%s", err.message);
     ck_assert_uint_eq(gguf_record_get_meta(r)->ranks, 2);
     ck_assert_uint_eq(gguf_record_get_meta(r)->tp, 1);
-    gguf_record_close(r);
+    gguf_record_free(r);
 }
 END_TEST
 
@@ -480,7 +480,7 @@ START_TEST(corpus_names)
         int rc = gguf_record_open(&r, path, &err);
         const char *got = rc ? gguf_status_name(rc) : "valid";
         ck_assert_msg(!strcmp(got, want), "%s: got %s (%s)", e->d_name, got, err.message);
-        gguf_record_close(r);
+        gguf_record_free(r);
         n++;
     }
     closedir(d);

@@ -87,11 +87,11 @@ START_TEST(valid_file)
     ck_assert_int_eq(gguf_st_weight_rows(&w, 0, 1, out, &err), 0);
     ck_assert(out[0] == 1.5f && out[1] == -2.0f);
     ck_assert_int_eq(gguf_st_weight_rows(&w, 1, 1, out, &err), GGUF_E_INVALID);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     /* empty: "{}" and nothing after */
     ck_assert_int_eq(st_open("{}", NULL, 0, &f, &err), 0);
     ck_assert_int_eq(gguf_st_file_tensor_count(f), 0);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
 }
 END_TEST
 
@@ -116,7 +116,7 @@ START_TEST(every_dtype)
         ck_assert_int_eq(gguf_st_tensor_to_f32(gguf_st_file_tensor_at(f, 0), 0, 2, v, &err), 0);
         if (d <= GGUF_ST_U64)
             ck_assert_msg(v[0] == 1.0f && v[1] == 0.0f, "%s: %g %g", names[d], v[0], v[1]);
-        gguf_st_file_close(f);
+        gguf_st_file_free(f);
     }
     ck_assert_int_eq(gguf_st_dtype_from_name("F4"), -1);
 }
@@ -282,7 +282,7 @@ START_TEST(bad_offsets)
     ck_assert_int_eq(st_open("{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
                              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
                              d, 8, &f, &err), 0);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
 }
 END_TEST
 
@@ -340,7 +340,7 @@ START_TEST(fp8_block_rows)
     ck_assert(!memcmp(part, all + 16, sizeof part));
     ck_assert_int_eq(gguf_st_weight_rows(&w, 2, 2, part, &err), GGUF_E_INVALID);
     ck_assert_int_eq(gguf_st_weight_dequant(&w, all, 23, &err), GGUF_E_INVALID);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
 }
 END_TEST
 
@@ -356,21 +356,21 @@ START_TEST(fp8_scale_shapes)
                              d, 6, &f, &err), 0);
     ck_assert_int_eq(gguf_st_weight_find_file(f, "w", &w, &err), 0);
     ck_assert_int_eq(w.block_rows * w.block_cols, 4);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     /* a grid that cannot cover the weight */
     ck_assert_int_eq(st_open("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
                              "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[3,1],\"data_offsets\":[4,16]}}",
                              d, 16, &f, &err), 0);
     ck_assert_int_eq(gguf_st_weight_find_file(f, "w", &w, &err), GGUF_E_BAD_SHAPE);
     ck_assert(strstr(err.message, "w_scale_inv: shape [3, 1] does not cover weight w [2, 2]"));
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     /* a scale of the wrong dtype */
     ck_assert_int_eq(st_open("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
                              "\"w_scale_inv\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                              d, 8, &f, &err), 0);
     ck_assert_int_eq(gguf_st_weight_find_file(f, "w", &w, &err), GGUF_E_BAD_TYPE);
     ck_assert(strstr(err.message, "w_scale_inv: dtype I32"));
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
 }
 END_TEST
 
@@ -417,7 +417,7 @@ START_TEST(nvfp4_rows)
                 ck_assert_msg(got == want, "[%d][%d] %g != %g", r, c, got, want);
             }
         }
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
 }
 END_TEST
 
@@ -446,7 +446,7 @@ START_TEST(nvfp4_ct_and_errors)
         ck_assert(out[c] == gguf_fp4_e2m1_to_fp32(nib) * b);
     }
     ck_assert_int_eq(gguf_st_weight_find_file(f, "v", &w, &err), GGUF_E_NOT_FOUND);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     /* group scales without scale_2 */
     uint8_t z[16] = {0};
     ck_assert_int_eq(st_open("{\"w\":{\"dtype\":\"U8\",\"shape\":[1,8],\"data_offsets\":[0,8]},"
@@ -454,7 +454,7 @@ START_TEST(nvfp4_ct_and_errors)
                              z, 9, &f, &err), 0);
     ck_assert_int_eq(gguf_st_weight_find_file(f, "w", &w, &err), GGUF_E_NOT_FOUND);
     ck_assert(strstr(err.message, "without w_scale_2"));
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     /* one scale per 16 elements, not per 8 */
     ck_assert_int_eq(st_open("{\"w\":{\"dtype\":\"U8\",\"shape\":[1,8],\"data_offsets\":[0,8]},"
                              "\"w_scale\":{\"dtype\":\"F8_E4M3\",\"shape\":[1,2],\"data_offsets\":[8,10]},"
@@ -462,7 +462,7 @@ START_TEST(nvfp4_ct_and_errors)
                              z, 14, &f, &err), 0);
     ck_assert_int_eq(gguf_st_weight_find_file(f, "w", &w, &err), GGUF_E_BAD_SHAPE);
     ck_assert(strstr(err.message, "one E4M3 scale per 16 elements"));
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
 }
 END_TEST
 
@@ -523,16 +523,16 @@ START_TEST(index_and_config)
     /* an FP8 weight without its scale in an fp8 checkpoint is an error */
     ck_assert_int_eq(gguf_st_weight_find(s, "c.weight", &w, &err), GGUF_E_NOT_FOUND);
     ck_assert(strstr(err.message, "c.weight_scale_inv"));
-    gguf_st_set_close(s);
+    gguf_st_set_free(s);
     /* the index file itself, and a single file of the folder */
     char p[4096];
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     ck_assert_int_eq(gguf_st_set_open(&s, p, &err), 0);
-    gguf_st_set_close(s);
+    gguf_st_set_free(s);
     snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
     ck_assert_int_eq(gguf_st_set_open(&s, p, &err), 0);
     ck_assert_int_eq(gguf_st_set_tensor_count(s), 2);
-    gguf_st_set_close(s);
+    gguf_st_set_free(s);
     /* an index naming a tensor its file lacks */
     write_text(dir, "model.safetensors.index.json",
                "{\"weight_map\":{\"z.weight\":\"model-00002-of-00002.safetensors\"}}");
@@ -621,7 +621,7 @@ START_TEST(quant_configs)
                       gguf_st_scheme_name(gguf_st_set_quant(s)->scheme));
         if (cases[i].scheme == GGUF_ST_SCHEME_CT_FP8)
             ck_assert_int_eq(gguf_st_set_quant(s)->block[0], 64);
-        gguf_st_set_close(s);
+        gguf_st_set_free(s);
     }
     /* broken configuration files are errors naming the key */
     write_text(dir, "config.json", "{\"quantization_config\":{\"quant_method\":\"fp8\","
@@ -649,7 +649,7 @@ static int corpus_one(const char *path, const char *name, gguf_error *err)
     (void)name;
     gguf_st_file *f = NULL;
     const int rc = gguf_st_file_open(&f, path, err);
-    gguf_st_file_close(f);
+    gguf_st_file_free(f);
     return rc;
 }
 

@@ -40,7 +40,7 @@ static fixture open_fx(const char *const *kvs, const char *const *extra, const c
 static void close_fx(fixture *fx)
 {
     gguf_model_free(fx->m);
-    gguf_set_close(fx->s);
+    gguf_set_free(fx->s);
 }
 
 static gguf_shard_plan *plan(const gguf_model *m, int tp, int ep, gguf_engine eng)
@@ -48,7 +48,7 @@ static gguf_shard_plan *plan(const gguf_model *m, int tp, int ep, gguf_engine en
     gguf_shard_opts o = {.tp = tp, .ep = ep, .engine = eng};
     gguf_shard_plan *p = NULL;
     gguf_error err;
-    int rc = gguf_shard_plan_build(&p, m, &o, &err);
+    int rc = gguf_shard_plan_create(&p, m, &o, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
     return p;
 }
@@ -325,13 +325,13 @@ START_TEST(expert_checks)
     gguf_shard_opts o = {.tp = 0};
     gguf_shard_plan *q;
     gguf_error err;
-    ck_assert_int_eq(gguf_shard_plan_build(&q, fx.m, &o, &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_shard_plan_create(&q, fx.m, &o, &err), GGUF_E_INVALID);
     o.tp = 2;
     o.ep = 4;
-    ck_assert_int_eq(gguf_shard_plan_build(&q, fx.m, &o, &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_shard_plan_create(&q, fx.m, &o, &err), GGUF_E_INVALID);
     o.ep = 0;
     o.engine = (gguf_engine)7;
-    ck_assert_int_eq(gguf_shard_plan_build(&q, fx.m, &o, &err), GGUF_E_INVALID);
+    ck_assert_int_eq(gguf_shard_plan_create(&q, fx.m, &o, &err), GGUF_E_INVALID);
     gguf_engine eg;
     ck_assert_int_eq(gguf_engine_from_name("sglang", &eg), 0);
     ck_assert_int_eq(eg, GGUF_ENGINE_SGLANG);

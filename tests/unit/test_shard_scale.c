@@ -119,7 +119,7 @@ static bool open_replica(const char *map_name, const char *const *kvs)
 static void close_replica(void)
 {
     gguf_model_free(model);
-    gguf_file_close(meta);
+    gguf_file_free(meta);
     hr_map_free(&map);
     if (dir) {
         th_rmdir(dir);
@@ -143,7 +143,7 @@ static gguf_shard_plan *timed_plan(int tp, int ep, double *secs)
     gguf_shard_plan *p;
     gguf_error err;
     double t0 = now();
-    int rc = gguf_shard_plan_build(&p, model, &o, &err);
+    int rc = gguf_shard_plan_create(&p, model, &o, &err);
     *secs = now() - t0;
     ck_assert_msg(rc == 0, "%s", err.message);
     /* a guard against a blow-up (quadratic in the tensors), not a speed target */

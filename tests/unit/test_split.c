@@ -141,7 +141,7 @@ START_TEST(split_merge_round_trip)
     gguf_split_plan *plan;
     gguf_error err;
     gguf_split_limits lim = {.max_tensors = 10};
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("s"), &lim, &err), 0);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p("s"), &lim, &err), 0);
     ck_assert_uint_eq(plan->n_parts, 4);
     ck_assert_int_eq(plan->parts[3].count, 7);
     gguf_split_report *r;
@@ -151,7 +151,7 @@ START_TEST(split_merge_round_trip)
         ck_assert_uint_eq(file_size(plan->parts[k].path), plan->parts[k].size);
     gguf_split_report_free(r);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 
     /* The parts carry split keys with llama.cpp's types. */
     gguf_file *f;
@@ -163,7 +163,7 @@ START_TEST(split_merge_round_trip)
     ck_assert_uint_eq(gguf_file_kv_find(f, "split.tensors.count")->value.type, GGUF_VALUE_INT32);
     ck_assert_int_eq(gguf_file_kv_find(f, "split.tensors.count")->value.v.i32, 37);
     ck_assert_ptr_null(gguf_file_kv_find(f, "general.architecture"));
-    gguf_file_close(f);
+    gguf_file_free(f);
 
     in = open_set(p("s-00003-of-00004.gguf"));
     ck_assert_int_eq(gguf_merge_plan(&plan, in, p("merged.gguf"), &err), 0);
@@ -173,12 +173,12 @@ START_TEST(split_merge_round_trip)
     ck_assert(r->verified);
     gguf_split_report_free(r);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
     ck_assert(same_bytes(p("m.gguf"), p("merged.gguf")));
     ck_assert_int_eq(gguf_file_open(&f, p("merged.gguf"), NULL, &err), 0);
     for (int64_t i = 0; i < gguf_file_kv_count(f); i++)
         ck_assert(!gguf_split_is_split_key(gguf_file_kv_at(f, i)->key));
-    gguf_file_close(f);
+    gguf_file_free(f);
 }
 END_TEST
 
@@ -194,7 +194,7 @@ START_TEST(split_by_size_is_hard_limit)
         gguf_split_limits lim = {.max_size = limits[li], .no_tensor_first_split = li % 2};
         char prefix[64];
         snprintf(prefix, sizeof prefix, "z%zu", li);
-        int rc = gguf_split_plan_make(&plan, in, p(prefix), &lim, &err);
+        int rc = gguf_split_plan_create(&plan, in, p(prefix), &lim, &err);
         if (limits[li] == 100) {
             /* part 1's metadata alone is bigger */
             ck_assert_int_eq(rc, GGUF_E_LIMIT);
@@ -222,10 +222,10 @@ START_TEST(split_by_size_is_hard_limit)
         ck_assert_int_eq(gguf_digest_set(back, NULL, &b, 1, NULL, &err), 0);
         ck_assert(gguf_digest_equal(&a, &b));
         ck_assert_uint_eq(gguf_file_alignment(gguf_set_part(back, plan->n_parts - 1)), 64);
-        gguf_set_close(back);
+        gguf_set_free(back);
         gguf_split_plan_free(plan);
     }
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 
@@ -253,9 +253,9 @@ START_TEST(random_plans)
         lim.no_tensor_first_split = (seed >> 40) % 4 == 0;
         gguf_split_plan *plan;
         gguf_error err;
-        int rc = gguf_split_plan_make(&plan, in, p(prefix), &lim, &err);
+        int rc = gguf_split_plan_create(&plan, in, p(prefix), &lim, &err);
         if (rc == GGUF_E_LIMIT) { /* a tensor bigger than the limit: fine, checked */
-            gguf_set_close(in);
+            gguf_set_free(in);
             continue;
         }
         ck_assert_msg(rc == 0, "%s", err.message);
@@ -276,9 +276,9 @@ START_TEST(random_plans)
         ck_assert_int_eq(gguf_split_execute(parts, mp, &fast, NULL, &err), 0);
         ck_assert(same_bytes(p(name), p(back)));
         gguf_split_plan_free(mp);
-        gguf_set_close(parts);
+        gguf_set_free(parts);
         gguf_split_plan_free(plan);
-        gguf_set_close(in);
+        gguf_set_free(in);
     }
     ck_assert_int_ge(executed, 16);
 }
@@ -291,16 +291,16 @@ START_TEST(split_tensor_too_big)
     gguf_split_plan *plan;
     gguf_error err;
     gguf_split_limits lim = {.max_size = 700, .no_tensor_first_split = true};
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("x"), &lim, &err), GGUF_E_LIMIT);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p("x"), &lim, &err), GGUF_E_LIMIT);
     ck_assert_msg(strstr(err.message, "does not fit") != NULL, "%s", err.message);
     ck_assert_ptr_null(plan);
     /* default: 128 tensors a part */
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("x"), NULL, &err), 0);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p("x"), NULL, &err), 0);
     ck_assert_uint_eq(plan->n_parts, 1);
     ck_assert_int_eq(plan->parts[0].count, 5);
     ck_assert_str_eq(plan->parts[0].path, p("x-00001-of-00001.gguf"));
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 
@@ -334,7 +334,7 @@ START_TEST(outputs_checked)
     ck_assert_int_eq(gguf_merge_plan(&plan, in, p("nope/out.gguf"), &err), 0);
     ck_assert_int_eq(gguf_split_check_outputs(in, plan, false, &err), GGUF_E_NOT_FOUND);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
     ck_assert_int_eq(count_files(), 3); /* m, out, hard */
 }
 END_TEST
@@ -346,14 +346,14 @@ START_TEST(cancel_removes_everything)
     gguf_split_plan *plan;
     gguf_error err;
     gguf_split_limits lim = {.max_tensors = 5};
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("c"), &lim, &err), 0);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p("c"), &lim, &err), 0);
     volatile sig_atomic_t cancel = 1;
     gguf_split_job_opts o = fast;
     o.cancel = &cancel;
     ck_assert_int_eq(gguf_split_execute(in, plan, &o, NULL, &err), GGUF_E_INTERRUPTED);
     ck_assert_int_eq(count_files(), 1);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 
@@ -373,7 +373,7 @@ START_TEST(cancel_mid_split)
     gguf_split_plan *plan;
     gguf_error err;
     gguf_split_limits lim = {.max_tensors = 1};
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("c"), &lim, &err), 0);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p("c"), &lim, &err), 0);
     volatile sig_atomic_t cancel = 0;
     gguf_split_job_opts o = fast;
     o.cancel = &cancel;
@@ -382,7 +382,7 @@ START_TEST(cancel_mid_split)
     ck_assert_int_eq(gguf_split_execute(in, plan, &o, NULL, &err), GGUF_E_INTERRUPTED);
     ck_assert_int_eq(count_files(), 1);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 
@@ -393,10 +393,10 @@ START_TEST(delete_inputs_and_manifest)
     gguf_split_plan *plan;
     gguf_error err;
     gguf_split_limits lim = {.max_tensors = 5};
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("d"), &lim, &err), 0);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p("d"), &lim, &err), 0);
     ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 
     in = open_set(p("d-00001-of-00003.gguf"));
     ck_assert_int_eq(gguf_merge_plan(&plan, in, p("out.gguf"), &err), 0);
@@ -419,7 +419,7 @@ START_TEST(delete_inputs_and_manifest)
     char hex[GGUF_DIGEST_HEX];
     gguf_digest_file(f, &d);
     ck_assert(gguf_digest_equal(&d, &r->file_digests[0]));
-    gguf_file_close(f);
+    gguf_file_free(f);
     FILE *mf = fopen(p("man.json"), "r");
     char text[65536];
     size_t n = fread(text, 1, sizeof text - 1, mf);
@@ -430,7 +430,7 @@ START_TEST(delete_inputs_and_manifest)
     ck_assert_ptr_nonnull(strstr(text, gguf_digest_hex(&r->model_digest, hex)));
     gguf_split_report_free(r);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
     /* no digests: no manifest */
     gguf_split_report empty = {0};
     ck_assert_int_eq(gguf_split_manifest_write(p("x.json"), NULL, NULL, &empty, false, &err),
@@ -489,7 +489,7 @@ START_TEST(verify_mismatch_removes_output)
     ck_assert_int_eq(access(p("out.gguf"), F_OK), -1);
     ck_assert_int_eq(count_files(), 1);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 
@@ -501,11 +501,11 @@ static uint32_t split_model(const char *prefix, uint64_t max_tensors)
     gguf_split_plan *plan;
     gguf_error err;
     gguf_split_limits lim = {.max_tensors = max_tensors};
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p(prefix), &lim, &err), 0);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p(prefix), &lim, &err), 0);
     ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
     uint32_t n = plan->n_parts;
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
     return n;
 }
 
@@ -529,7 +529,7 @@ static gguf_split_report *merge_layout(const char *part, const char *out, gguf_m
         *plan_out = plan;
     else
         gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
     return r;
 }
 
@@ -580,8 +580,8 @@ START_TEST(merge_layouts)
             }
             /* gaps only before parts: less than a block each */
             ck_assert_uint_lt(file_size(p("al.gguf")), file_size(p("c.gguf")) + 4ull * plan->block);
-            gguf_file_close(f);
-            gguf_set_close(in);
+            gguf_file_free(f);
+            gguf_set_free(in);
             gguf_split_plan_free(plan);
             unlink(p("al.gguf"));
         }
@@ -602,7 +602,7 @@ START_TEST(merge_layouts)
     ck_assert_int_eq(gguf_merge_plan_opts(&plan, in, p("x.gguf"), &bad, &err), GGUF_E_INVALID);
     bad.block = 32u << 20;
     ck_assert_int_eq(gguf_merge_plan_opts(&plan, in, p("x.gguf"), &bad, &err), GGUF_E_INVALID);
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 
@@ -620,7 +620,7 @@ START_TEST(merge_irregular_inputs)
     const gguf_tensor *t = gguf_file_tensor_at(f, 1);
     ck_assert_uint_ne(t->nbytes % 32, 0);
     uint64_t at = t->file_offset + t->nbytes;
-    gguf_file_close(f);
+    gguf_file_free(f);
     int fd = open(p("s-00002-of-00003.gguf"), O_WRONLY);
     uint8_t junk = 0xa5;
     ck_assert_int_eq(pwrite(fd, &junk, 1, (off_t)at), 1);
@@ -648,7 +648,7 @@ START_TEST(merge_irregular_inputs)
                                            gguf_file_tensor_at(f3, i)->nbytes, &err), 0);
     ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
     gguf_writer_free(w);
-    gguf_set_close(s3);
+    gguf_set_free(s3);
     ck_assert_int_eq(rename(p("g-00003-of-00003.gguf"), p("s-00003-of-00003.gguf")), 0);
 
     gguf_split_report *r = merge_layout("s-00001-of-00003.gguf", "c.gguf",
@@ -666,8 +666,8 @@ START_TEST(merge_irregular_inputs)
     for (int64_t i = 0; i < 12; i++)
         ck_assert_uint_eq(gguf_file_tensor_at(f, i)->file_offset % 4096,
                           gguf_set_tensor_at(in, i)->file_offset % 4096);
-    gguf_file_close(f);
-    gguf_set_close(in);
+    gguf_file_free(f);
+    gguf_set_free(in);
     gguf_split_plan_free(plan);
 }
 END_TEST
@@ -692,7 +692,7 @@ START_TEST(report_times)
     ck_assert_uint_eq(r->n_ranges, 1);
     gguf_split_report_free(r);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 
@@ -703,17 +703,17 @@ START_TEST(no_tensors)
     gguf_set *in = open_set(p("m.gguf"));
     gguf_split_plan *plan;
     gguf_error err;
-    ck_assert_int_eq(gguf_split_plan_make(&plan, in, p("e"), NULL, &err), 0);
+    ck_assert_int_eq(gguf_split_plan_create(&plan, in, p("e"), NULL, &err), 0);
     ck_assert_uint_eq(plan->n_parts, 1);
     ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
     in = open_set(p("e-00001-of-00001.gguf"));
     ck_assert_int_eq(gguf_merge_plan(&plan, in, p("back.gguf"), &err), 0);
     ck_assert_int_eq(gguf_split_execute(in, plan, &fast, NULL, &err), 0);
     ck_assert(same_bytes(p("m.gguf"), p("back.gguf")));
     gguf_split_plan_free(plan);
-    gguf_set_close(in);
+    gguf_set_free(in);
 }
 END_TEST
 

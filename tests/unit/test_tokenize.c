@@ -96,7 +96,7 @@ static void vb_open(vb *b, vocab_file *out)
 
 static void vf_close(vocab_file *v)
 {
-    gguf_file_close(v->f);
+    gguf_file_free(v->f);
     tb_free(&v->buf);
 }
 

@@ -42,7 +42,7 @@ static gguf_tokenizer *with_pre(const char *pre, gguf_set **set)
         ck_assert_int_eq(gguf_writer_add_str(w, "tokenizer.ggml.pre", pre, &err), 0);
     ck_assert_msg(gguf_writer_finish(w, &err) == 0, "%s", err.message);
     gguf_writer_free(w);
-    gguf_file_close(src);
+    gguf_file_free(src);
     gguf_tokenizer *t;
     ck_assert_int_eq(gguf_set_open(set, out, NULL, &err), 0);
     ck_assert_msg(gguf_tokenizer_create(&t, *set, &err) == 0, "%s", err.message);
@@ -94,7 +94,7 @@ static void check_splits(const char *pre, const split_case *cases, size_t n)
         free(ids);
     }
     gguf_tokenizer_free(t);
-    gguf_set_close(set);
+    gguf_set_free(set);
 }
 
 /* The same texts for every family: */
@@ -287,7 +287,7 @@ START_TEST(pre_every_name)
             ck_assert_ptr_null(ids);
         }
         gguf_tokenizer_free(t);
-        gguf_set_close(set);
+        gguf_set_free(set);
     }
 }
 END_TEST
@@ -310,7 +310,7 @@ START_TEST(pre_unknown_refused)
     gguf_writer_add_str(w, "tokenizer.ggml.pre", "no-such-pre", &err);
     ck_assert_int_eq(gguf_writer_finish(w, &err), 0);
     gguf_writer_free(w);
-    gguf_file_close(src);
+    gguf_file_free(src);
     gguf_set *set;
     gguf_tokenizer *t = (gguf_tokenizer *)&t;
     ck_assert_int_eq(gguf_set_open(&set, out, NULL, &err), 0);
@@ -320,7 +320,7 @@ START_TEST(pre_unknown_refused)
                       strstr(err.message, "llama-bpe") && strstr(err.message, "kimi-k2") &&
                       strstr(err.message, "deepseek-v3"),
                   "%s", err.message);
-    gguf_set_close(set);
+    gguf_set_free(set);
 }
 END_TEST
 

@@ -115,7 +115,7 @@ static int run_vectors(const char *name, gguf_tok_type want_type, bool round_tri
     if (round_trip)
         ck_assert_int_eq(n_round, n_spellable);
     gguf_tokenizer_free(tok);
-    gguf_set_close(set);
+    gguf_set_free(set);
     free(inp);
     free(outs);
     return n_in;
@@ -191,7 +191,7 @@ START_TEST(partition_methods_agree)
             }
         }
         gguf_tokenizer_free(t);
-        gguf_set_close(set);
+        gguf_set_free(set);
     }
 }
 END_TEST
@@ -232,6 +232,9 @@ START_TEST(stories_round_trip)
         ck_assert_int_eq(gguf_token_piece(tok, ids[i], false, &p, &pl), 0);
         ck_assert_uint_eq(pl, (size_t)l);
         ck_assert_mem_eq(p, piece, pl);
+        char copy[64];
+        ck_assert_int_eq(gguf_token_text(tok, ids[i], copy, sizeof copy), l);
+        ck_assert_str_eq(copy, piece);
         memcpy(back + at, piece, (size_t)l);
         at += (size_t)l;
     }
@@ -247,9 +250,26 @@ START_TEST(stories_round_trip)
     /* llama.cpp's SPM gives text after a special token a space prefix too */
     ck_assert_str_eq(s, "Ein \xC3\x84pfel, 3 \xE2\x82\xAC und \xF0\x9F\x98\x80!\n\tok <s>  </s>");
     free(s);
+    /* gguf_token_text: cut to the buffer, always terminated; errors leave "" */
+    char small[3];
+    ck_assert_int_eq(gguf_token_text(tok, 403, small, sizeof small), 2);
+    ck_assert_uint_eq(strlen(small), 2);
+    ck_assert_int_eq(gguf_token_text(tok, 1, small, sizeof small), 0); /* BOS: control */
+    ck_assert_int_eq(gguf_token_text(tok, 512, small, sizeof small), GGUF_E_INVALID);
+    ck_assert_str_eq(small, "");
+    ck_assert_int_eq(gguf_token_text(tok, 403, NULL, 0), GGUF_E_INVALID);
+    /* one decoder: the bare vocabulary's text is the tokenizer's for every id */
+    for (int32_t id = 0; id < 512; id++) {
+        char a[64], b[64];
+        if (gguf_tokenizer_token_type(tok, id) == GGUF_TOKEN_UNKNOWN)
+            continue; /* <unk>: the vocabulary form shows it, gguf_token_text hides it */
+        ck_assert_int_eq(gguf_fwd_token_text(gguf_set_meta(set), id, a, sizeof a),
+                         gguf_token_text(tok, id, b, sizeof b));
+        ck_assert_str_eq(a, b);
+    }
     free(ids);
     gguf_tokenizer_free(tok);
-    gguf_set_close(set);
+    gguf_set_free(set);
 }
 END_TEST
 

@@ -119,7 +119,7 @@ START_TEST(round_trip_all_types)
     t = gguf_file_tensor_find(f, "a");
     ck_assert(memcmp(t->data, av, 24) == 0);
     ck_assert_int_eq(t->file_offset % 32, 0);
-    gguf_file_close(f);
+    gguf_file_free(f);
 }
 END_TEST
 
@@ -150,7 +150,7 @@ START_TEST(refuses_existing_and_cleans_up)
     gguf_writer_free(w);
     gguf_file *f;
     ck_assert_int_eq(gguf_file_open(&f, p("x.gguf"), NULL, &err), 0);
-    gguf_file_close(f);
+    gguf_file_free(f);
 }
 END_TEST
 
@@ -202,7 +202,7 @@ START_TEST(copy_fd_keeps_holes)
     ck_assert_int_eq(t->data[32 << 20], 0x5a);
     ck_assert_int_eq(t->data[(32 << 20) - 1], 0);
     ck_assert_int_eq(t->data[(64 << 20) - 1], 0);
-    gguf_file_close(f);
+    gguf_file_free(f);
 }
 END_TEST
 
@@ -252,7 +252,7 @@ START_TEST(explicit_offsets)
         ck_assert_uint_eq(base[k] | base[64 + 34 + (k % 30)], 0);
     for (uint64_t k = 160; k < (8 << 20); k += 4093) /* the hole */
         ck_assert_uint_eq(base[k], 0);
-    gguf_file_close(gf);
+    gguf_file_free(gf);
 }
 END_TEST
 
@@ -338,7 +338,7 @@ START_TEST(copy_range_runs)
                      GGUF_E_INVALID);
     gguf_writer_free(w);
     close(fd);
-    gguf_file_close(ref);
+    gguf_file_free(ref);
 }
 END_TEST
 
@@ -349,7 +349,7 @@ static void write_part_aligned(const char *name, int no, int count, int total,
     gguf_writer *w;
     gguf_error err;
     gguf_writer_opts o = fast;
-    o.version = version;
+    o.gguf_version = version;
     ck_assert_int_eq(gguf_writer_create(&w, p(name), &o, &err), 0);
     if (align)
         ck_assert_int_eq(gguf_writer_add_u32(w, GGUF_KEY_ALIGNMENT, align, &err), 0);
@@ -383,7 +383,7 @@ static int open_set(const char *name, gguf_error *err)
 {
     gguf_set *s = NULL;
     int rc = gguf_set_open(&s, p(name), NULL, err);
-    gguf_set_close(s);
+    gguf_set_free(s);
     return rc;
 }
 
@@ -404,12 +404,12 @@ START_TEST(split_set_valid)
     memcpy(&v, t->data, 4);
     ck_assert(v == 2.0f);
     ck_assert_ptr_eq(gguf_set_tensor_at(s, 1), gguf_set_tensor_find(s, "t1"));
-    gguf_set_close(s);
+    gguf_set_free(s);
     /* GGUF_OPEN_SINGLE opens just the named part. */
-    gguf_open_opts o = {GGUF_OPEN_SINGLE};
+    gguf_open_opts o = {.flags = GGUF_OPEN_SINGLE};
     ck_assert_int_eq(gguf_set_open(&s, p("m-00003-of-00003.gguf"), &o, &err), 0);
     ck_assert_int_eq(gguf_set_tensor_count(s), 1);
-    gguf_set_close(s);
+    gguf_set_free(s);
 }
 END_TEST
 
@@ -504,7 +504,7 @@ START_TEST(digests)
     ck_assert_int_eq(gguf_digest_parse("xyz", &e), GGUF_E_INVALID);
     /* Streaming equals one-shot. */
     gguf_hasher *h;
-    ck_assert_int_eq(gguf_hasher_new(&h), 0);
+    ck_assert_int_eq(gguf_hasher_create(&h), 0);
     gguf_hasher_update(h, "hello ", 6);
     gguf_hasher_update(h, "world", 5);
     gguf_hasher_final(h, &e);
@@ -519,7 +519,7 @@ START_TEST(digests)
     ck_assert_int_eq(gguf_set_open(&s, p("s-00001-of-00002.gguf"), NULL, &err), 0);
     gguf_digest m1, td[2];
     ck_assert_int_eq(gguf_digest_set(s, td, &m1, 2, NULL, &err), 0);
-    gguf_set_close(s);
+    gguf_set_free(s);
     gguf_writer *w;
     ck_assert_int_eq(gguf_writer_create(&w, p("one.gguf"), &fast, &err), 0);
     int64_t ne[1] = {8};
@@ -533,7 +533,7 @@ START_TEST(digests)
     ck_assert_int_eq(gguf_set_open(&s, p("one.gguf"), NULL, &err), 0);
     gguf_digest m2;
     ck_assert_int_eq(gguf_digest_set(s, NULL, &m2, 1, NULL, &err), 0);
-    gguf_set_close(s);
+    gguf_set_free(s);
     ck_assert(gguf_digest_equal(&m1, &m2));
 }
 END_TEST
@@ -565,7 +565,7 @@ START_TEST(file_over_4gib)
     memcpy(&v, t->data + 28, 4);
     ck_assert(v == 42.0f);
     ck_assert_int_eq(gguf_set_tensor_find(s, "big")->nbytes, 4ull << 30);
-    gguf_set_close(s);
+    gguf_set_free(s);
     /* Truncating the sparse file below the tail tensor is caught. */
     ck_assert_int_eq(truncate(p("big.gguf"), (off_t)tail_at), 0);
     ck_assert_int_eq(gguf_set_open(&s, p("big.gguf"), NULL, &err), GGUF_E_TRUNCATED);

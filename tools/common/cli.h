@@ -7,6 +7,7 @@
 
 #include <regex.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -56,7 +57,7 @@ void cli_usage(const cli_spec *spec, FILE *out);
 /* "TOOL: error: MESSAGE (offset N)" to stderr. */
 void cli_error(const char *tool, const gguf_error *err);
 void cli_errorf(const char *tool, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Library status -> exit code (DESIGN.md): mismatch 1, environment 3, input 2. */
+/* Library status -> exit code (docs/design.md): mismatch 1, environment 3, input 2. */
 int cli_exit_code(int status);
 
 /* Sizes: "1.5G", "300M", "4096", K/M/G/T powers of 1024 (decimals allowed). */
@@ -117,5 +118,27 @@ void cli_filter_free(cli_filter *f);
 void cli_json_str(FILE *out, const char *s, size_t n);
 /* A double as JSON: finite as %.9g (or %.17g when precise), NaN/Inf as null. */
 void cli_json_num(FILE *out, double v);
+
+/*
+ * The JSON writer (tools/common/cli_json.c): build a document of jansson values
+ * (json_object_set_new, json_array_append_new, with the two constructors below
+ * for numbers and text) and print it with cli_json_print, rather than with
+ * printf. jansson's json_t, declared without its header.
+ */
+struct json_t;
+/* A number as cli_json_num writes it: NaN/Inf null, integral values as
+ * integers, others as reals (17 significant digits). NULL out of memory. */
+struct json_t *cli_json_number(double v);
+/* A string of n bytes (strlen when n == SIZE_MAX); bytes that are not UTF-8
+ * become U+FFFD; NULL s gives null. NULL out of memory. */
+struct json_t *cli_json_text(const char *s, size_t n);
+/* Print doc on one line and a newline: keys in insertion order, ", " and ": "
+ * between items, or "," and ":" when compact. Takes the reference (doc is
+ * freed). @return 0, or -1 when doc is NULL (a constructor ran out of memory)
+ * or the write failed. */
+int cli_json_print(FILE *out, struct json_t *doc, bool compact);
+/* cli_json_print of a tool's report: "tool" and "version" first (cli_json_begin's
+ * keys), then doc's keys in their order. Takes the reference. @return as above. */
+int cli_json_print_report(FILE *out, const char *tool, struct json_t *doc);
 
 #endif

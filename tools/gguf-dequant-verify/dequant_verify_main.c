@@ -474,7 +474,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
             dv_scan_scales(&s, t->type, src, (uint64_t)nr * (uint64_t)(ne0 / ti->block_size));
         if (have_ref)
             dv_ref_rows(&ref, &map, t, dst, r0, nr);
-        if (npy && (rc = gguf_npy_append_f32(npy, dst, (uint64_t)(nr * ne0), err)) != 0)
+        if (npy && (rc = gguf_npy_writer_append_f32(npy, dst, (uint64_t)(nr * ne0), err)) != 0)
             break;
         if (gpu_state >= 0) {
             char why[256];
@@ -564,20 +564,20 @@ static int parse_path(const char *s)
     return -1;
 }
 
-int main(int argc, char **argv)
+/* Options into o. @return -1 to go on, or the exit code. */
+static int parse_args(dv_opts *o, int argc, char **argv)
 {
-    dv_opts o = {.chunk_elems = 16u << 20};
     int c, optind_ = 1;
     const char *arg;
     while ((c = cli_next(&spec, argc, argv, &arg, &optind_)) != -1) {
         switch (c) {
-        case OPT_TENSOR: o.tensor = arg; break;
-        case OPT_DUMP: o.dump = arg; break;
-        case OPT_REFERENCE: o.reference = arg; break;
-        case OPT_ALLOW_NONFINITE: o.allow_nonfinite = true; break;
-        case OPT_JSON: o.json = true; break;
+        case OPT_TENSOR: o->tensor = arg; break;
+        case OPT_DUMP: o->dump = arg; break;
+        case OPT_REFERENCE: o->reference = arg; break;
+        case OPT_ALLOW_NONFINITE: o->allow_nonfinite = true; break;
+        case OPT_JSON: o->json = true; break;
         case OPT_GPU:
-            o.gpu = true;
+            o->gpu = true;
             /* "--gpu=auto", or "--gpu auto" (getopt binds an optional argument only with '=') */
             if (!arg && optind < argc && !strcmp(argv[optind], "auto")) {
                 arg = argv[optind];
@@ -587,7 +587,7 @@ int main(int argc, char **argv)
                 cli_errorf(spec.tool, "--gpu: '%s' is not 'auto'", arg);
                 return CLI_EXIT_USAGE;
             }
-            o.gpu_auto = arg != NULL;
+            o->gpu_auto = arg != NULL;
             break;
         case OPT_THREADS: {
             uint64_t n;
@@ -595,16 +595,16 @@ int main(int argc, char **argv)
                 cli_errorf(spec.tool, "--threads: '%s' is not a number from 1 to 1024", arg);
                 return CLI_EXIT_USAGE;
             }
-            o.threads = (int)n;
+            o->threads = (int)n;
             break;
         }
         case OPT_PATH:
-            o.path = parse_path(arg);
-            if (o.path < 0) {
+            o->path = parse_path(arg);
+            if (o->path < 0) {
                 cli_errorf(spec.tool, "--path: '%s' is not one of auto, scalar, portable, avx2", arg);
                 return CLI_EXIT_USAGE;
             }
-            if (!gguf_dequant_path_available(o.path)) {
+            if (!gguf_dequant_path_available(o->path)) {
                 cli_errorf(spec.tool, "--path %s: this CPU cannot run it", arg);
                 return CLI_EXIT_ENV;
             }
@@ -615,7 +615,7 @@ int main(int argc, char **argv)
                 cli_errorf(spec.tool, "--chunk: '%s' is not a size", arg);
                 return CLI_EXIT_USAGE;
             }
-            o.chunk_elems = n;
+            o->chunk_elems = n;
             break;
         }
         }
@@ -624,200 +624,248 @@ int main(int argc, char **argv)
         cli_errorf(spec.tool, "expected one MODEL.gguf argument (see --help)");
         return CLI_EXIT_USAGE;
     }
-    o.model = argv[optind_];
-    if (o.dump && !o.tensor) {
+    o->model = argv[optind_];
+    if (o->dump && !o->tensor) {
         cli_errorf(spec.tool, "--dump needs --tensor NAME to say which tensor");
         return CLI_EXIT_USAGE;
     }
+    return -1;
+}
 
-    int ret = CLI_EXIT_OK;
+/* Exit code of a library failure, printed. */
+static int fail(const gguf_error *err, int rc)
+{
+    cli_error(spec.tool, err);
+    return cli_exit_code(rc);
+}
+
+/*
+ * Open the model and what the options ask for beside it (the tensor selection,
+ * the reference, the GPU, the pool, the .npy of --dump); *total_bytes gets the
+ * size of the selected tensors. @return -1 to go on, or the exit code.
+ */
+static int prepare(run_state *rs, dv_opts *o, gguf_npy_writer **npy, uint64_t *total_bytes)
+{
     gguf_error err = {0};
-    run_state rs = {.o = &o, .first_json = true};
-    gguf_npy_writer *npy = NULL;
-
-    int rc = gguf_set_open(&rs.set, o.model, NULL, &err);
-    if (rc) {
-        cli_error(spec.tool, &err);
-        return cli_exit_code(rc);
-    }
-    if (o.tensor && !gguf_set_tensor_find(rs.set, o.tensor)) {
-        if (regcomp(&o.regex, o.tensor, REG_EXTENDED | REG_NOSUB) != 0) {
+    int rc = gguf_set_open(&rs->set, o->model, NULL, &err);
+    if (rc)
+        return fail(&err, rc);
+    if (o->tensor && !gguf_set_tensor_find(rs->set, o->tensor)) {
+        if (regcomp(&o->regex, o->tensor, REG_EXTENDED | REG_NOSUB) != 0) {
             cli_errorf(spec.tool, "--tensor: '%s' is neither a tensor name nor a valid regular "
-                       "expression", o.tensor);
-            ret = CLI_EXIT_USAGE;
-            goto done;
+                       "expression", o->tensor);
+            return CLI_EXIT_USAGE;
         }
-        o.have_regex = true;
+        o->have_regex = true;
     }
-    const int64_t n_all = gguf_set_tensor_count(rs.set);
+    const int64_t n_all = gguf_set_tensor_count(rs->set);
     int64_t n_sel = 0;
-    uint64_t total_bytes = 0;
     const gguf_tensor *only = NULL;
     for (int64_t i = 0; i < n_all; i++) {
-        const gguf_tensor *t = gguf_set_tensor_at(rs.set, i);
-        if (!selected(&o, rs.set, t))
+        const gguf_tensor *t = gguf_set_tensor_at(rs->set, i);
+        if (!selected(o, rs->set, t))
             continue;
         n_sel++;
         only = t;
-        total_bytes += t->nbytes;
+        *total_bytes += t->nbytes;
         const int w = (int)strlen(t->name);
-        if (w > rs.name_width)
-            rs.name_width = w < 48 ? w : 48;
+        if (w > rs->name_width)
+            rs->name_width = w < 48 ? w : 48;
     }
-    if (o.tensor && n_sel == 0) {
-        cli_errorf(spec.tool, "%s: no tensor named or matching '%s'", o.model, o.tensor);
-        ret = CLI_EXIT_USAGE;
-        goto done;
+    if (o->tensor && n_sel == 0) {
+        cli_errorf(spec.tool, "%s: no tensor named or matching '%s'", o->model, o->tensor);
+        return CLI_EXIT_USAGE;
     }
-    if (o.dump && n_sel != 1) {
+    if (o->dump && n_sel != 1) {
         cli_errorf(spec.tool, "--dump: '%s' selects %lld tensors; it must select exactly one",
-                   o.tensor, (long long)n_sel);
-        ret = CLI_EXIT_USAGE;
-        goto done;
+                   o->tensor, (long long)n_sel);
+        return CLI_EXIT_USAGE;
     }
-    if (o.reference) {
-        rc = gguf_st_set_open(&rs.st, o.reference, &err);
+    if (o->reference) {
+        rc = gguf_st_set_open(&rs->st, o->reference, &err);
         if (rc) {
             fprintf(stderr, "%s: --reference: ", spec.tool);
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
-            goto done;
+            return fail(&err, rc);
         }
-        dv_model_info_read(&rs.mi, rs.set);
+        dv_model_info_read(&rs->mi, rs->set);
     }
-    if (o.gpu) {
-        rs.gpu_ok = dv_gpu_available(rs.gpu_why, sizeof rs.gpu_why);
-        if (!rs.gpu_ok && !o.gpu_auto) {
+    if (o->gpu) {
+        rs->gpu_ok = dv_gpu_available(rs->gpu_why, sizeof rs->gpu_why);
+        if (!rs->gpu_ok && !o->gpu_auto) {
             cli_errorf(spec.tool, "--gpu: %s (use --gpu auto to skip the GPU check where "
-                       "there is none)", rs.gpu_why);
-            ret = CLI_EXIT_ENV;
-            goto done;
+                       "there is none)", rs->gpu_why);
+            return CLI_EXIT_ENV;
         }
-        if (!rs.gpu_ok && !o.json)
-            fprintf(stderr, "%s: --gpu auto: skipped: %s\n", spec.tool, rs.gpu_why);
+        if (!rs->gpu_ok && !o->json)
+            fprintf(stderr, "%s: --gpu auto: skipped: %s\n", spec.tool, rs->gpu_why);
     }
-    rc = gguf_dequant_pool_create(&rs.pool, o.threads, &err);
-    if (rc) {
-        cli_error(spec.tool, &err);
-        ret = cli_exit_code(rc);
-        goto done;
-    }
-    if (o.dump) {
+    rc = gguf_dequant_pool_create(&rs->pool, o->threads, &err);
+    if (rc)
+        return fail(&err, rc);
+    if (o->dump) {
         int64_t shape[GGUF_MAX_DIMS];
         const int nd = only->n_dims ? (int)only->n_dims : 1;
         for (int i = 0; i < nd; i++)
             shape[i] = only->ne[nd - 1 - i];
-        rc = gguf_npy_create_f32(&npy, o.dump, shape, nd, NULL, &err);
-        if (rc) {
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
-            goto done;
-        }
+        rc = gguf_npy_writer_create_f32(npy, o->dump, shape, nd, NULL, &err);
+        if (rc)
+            return fail(&err, rc);
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    return -1;
+}
 
-    if (o.json) {
+/* Every selected tensor, then the kv_b halves left without a partner.
+ * *n_failed counts failing tensors. @return -1 to go on, or the exit code. */
+static int verify_all(run_state *rs, gguf_npy_writer *npy, uint64_t total_bytes,
+                      int64_t *n_failed)
+{
+    const dv_opts *o = rs->o;
+    gguf_error err = {0};
+    if (o->json) {
         printf("{\n  \"tool\": \"gguf-dequant-verify\", \"version\": \"%s\",\n  \"model\": ",
                GGUFKIT_VERSION);
-        cli_json_str(stdout, o.model, SIZE_MAX);
+        cli_json_str(stdout, o->model, SIZE_MAX);
         printf(",\n  \"parts\": %u, \"cpu_path\": \"%s\", \"threads\": %d,\n  \"tensors\": [",
-               gguf_set_part_count(rs.set),
-               gguf_dequant_path_name(o.path ? o.path : (int)gguf_dequant_best_path()),
-               gguf_dequant_pool_size(rs.pool));
+               gguf_set_part_count(rs->set),
+               gguf_dequant_path_name(o->path ? o->path : (int)gguf_dequant_best_path()),
+               gguf_dequant_pool_size(rs->pool));
     }
-    cli_progress_start(&rs.progress, "dequantizing", total_bytes);
-    int64_t n_failed = 0;
+    cli_progress_start(&rs->progress, "dequantizing", total_bytes);
+    const int64_t n_all = gguf_set_tensor_count(rs->set);
     for (int64_t i = 0; i < n_all; i++) {
-        const gguf_tensor *t = gguf_set_tensor_at(rs.set, i);
-        if (!selected(&o, rs.set, t))
+        const gguf_tensor *t = gguf_set_tensor_at(rs->set, i);
+        if (!selected(o, rs->set, t))
             continue;
-        rc = verify_tensor(&rs, t, npy, &err);
+        const int rc = verify_tensor(rs, t, npy, &err);
         if (rc < 0) {
-            cli_progress_end(&rs.progress);
-            if (o.json)
+            cli_progress_end(&rs->progress);
+            if (o->json)
                 printf("\n  ]\n}\n");
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
-            goto done;
+            return fail(&err, rc);
         }
-        n_failed += rc;
+        *n_failed += rc;
     }
-    cli_progress_end(&rs.progress);
+    cli_progress_end(&rs->progress);
     /* kv_b halves whose partner was not selected or not present */
-    for (int64_t i = 0; i < rs.n_kvb; i++)
-        if (rs.kvb[i].kx || rs.kvb[i].vx) {
+    for (int64_t i = 0; i < rs->n_kvb; i++)
+        if (rs->kvb[i].kx || rs->kvb[i].vx) {
             dv_ref_result r = {0};
             snprintf(r.status, sizeof r.status, "skipped");
             snprintf(r.hf_name, sizeof r.hf_name, "model.layers.%lld.self_attn.kv_b_proj.weight",
-                     (long long)rs.kvb[i].layer);
+                     (long long)rs->kvb[i].layer);
             snprintf(r.note, sizeof r.note, "only one of attn_k_b / attn_v_b was selected");
-            report_kvb(&rs, &r, rs.kvb[i].layer);
+            report_kvb(rs, &r, rs->kvb[i].layer);
         }
+    return -1;
+}
+
+static void summary_json(const run_state *rs, bool ok)
+{
+    printf("\n  ],\n  \"kv_b_proj\": [");
+    for (int64_t i = 0; i < rs->n_kvb_out; i++) {
+        printf("%s\n    {\"layer\": %lld, \"reference\": ", i ? "," : "",
+               (long long)rs->kvb_out[i].layer);
+        json_ref(stdout, &rs->kvb_out[i].ref);
+        printf("}");
+    }
+    printf("%s],\n  \"summary\": {\"tensors\": %lld, \"nonfinite_tensors\": %lld, "
+           "\"nan\": %llu, \"inf\": %llu, \"reference_ok\": %lld, \"reference_failed\": %lld, "
+           "\"reference_outliers\": %lld, \"reference_missing\": %lld, \"gpu\": ",
+           rs->n_kvb_out ? "\n  " : "", (long long)rs->n_tensors, (long long)rs->n_nonfinite_tensors,
+           (unsigned long long)rs->total_nan, (unsigned long long)rs->total_inf,
+           (long long)rs->n_ref_ok, (long long)rs->n_ref_fail, (long long)rs->n_ref_outlier,
+           (long long)rs->n_ref_missing);
+    if (!rs->o->gpu)
+        printf("null");
+    else if (!rs->gpu_ok) {
+        printf("{\"status\": \"%s\", \"reason\": ", rs->gpu_failed ? "failed" : "skipped");
+        cli_json_str(stdout, rs->gpu_why, SIZE_MAX);
+        printf("}");
+    } else {
+        printf("{\"status\": \"%s\", \"tensors_different\": %lld, \"device\": ",
+               rs->n_gpu_diff ? "different" : "equal", (long long)rs->n_gpu_diff);
+        cli_json_str(stdout, rs->gpu_why, SIZE_MAX);
+        printf("}");
+    }
+    printf(", \"ok\": %s}\n}\n", ok ? "true" : "false");
+}
+
+static void summary_text(const run_state *rs)
+{
+    const dv_opts *o = rs->o;
+    printf("%lld tensors dequantized", (long long)rs->n_tensors);
+    if (rs->n_nonfinite_tensors)
+        printf(", %lld with NaN/Inf (%llu NaN, %llu Inf)%s", (long long)rs->n_nonfinite_tensors,
+               (unsigned long long)rs->total_nan, (unsigned long long)rs->total_inf,
+               o->allow_nonfinite ? " (allowed)" : "");
+    else
+        printf(", all values finite");
+    if (rs->st) {
+        printf("; reference: %lld ok, %lld failed", (long long)rs->n_ref_ok,
+               (long long)rs->n_ref_fail);
+        if (rs->n_ref_outlier)
+            printf(" (%lld by a block or row out of line)", (long long)rs->n_ref_outlier);
+        printf(", %lld missing", (long long)rs->n_ref_missing);
+    }
+    if (o->gpu)
+        printf("; GPU%s%s%s: %s", rs->gpu_ok ? " (" : "", rs->gpu_ok ? rs->gpu_why : "",
+               rs->gpu_ok ? ")" : "",
+               rs->gpu_failed ? "FAILED (see above)" : !rs->gpu_ok ? "skipped"
+               : rs->n_gpu_diff ? "DIFFERENT" : "equal bit for bit");
+    if (o->dump)
+        printf("; wrote %s", o->dump);
+    printf("\n");
+}
+
+static void run_state_free(run_state *rs)
+{
+    for (int64_t i = 0; i < rs->n_kvb; i++) {
+        free(rs->kvb[i].kx);
+        free(rs->kvb[i].vx);
+    }
+    free(rs->kvb);
+    free(rs->kvb_out);
+    free(rs->buf);
+    if (rs->o->gpu)
+        dv_gpu_release();
+    gguf_dequant_pool_free(rs->pool);
+    gguf_st_set_free(rs->st);
+    gguf_set_free(rs->set);
+}
+
+int main(int argc, char **argv)
+{
+    dv_opts o = {.chunk_elems = 16u << 20};
+    int ret = parse_args(&o, argc, argv);
+    if (ret >= 0)
+        return ret;
+    run_state rs = {.o = &o, .first_json = true};
+    gguf_npy_writer *npy = NULL;
+    uint64_t total_bytes = 0;
+    int64_t n_failed = 0;
+    if ((ret = prepare(&rs, &o, &npy, &total_bytes)) >= 0)
+        goto done;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if ((ret = verify_all(&rs, npy, total_bytes, &n_failed)) >= 0)
+        goto done;
+    ret = CLI_EXIT_OK;
     if (npy) {
-        rc = gguf_npy_commit(npy, &err);
-        gguf_npy_free(npy);
+        gguf_error err = {0};
+        const int rc = gguf_npy_writer_commit(npy, &err);
+        gguf_npy_writer_free(npy);
         npy = NULL;
         if (rc) {
-            cli_error(spec.tool, &err);
-            ret = cli_exit_code(rc);
+            ret = fail(&err, rc);
             goto done;
         }
     }
     const bool nonfinite_fail = rs.n_nonfinite_tensors > 0 && !o.allow_nonfinite;
     const bool ok = n_failed == 0 && rs.n_kvb_fail == 0;
-    if (o.json) {
-        printf("\n  ],\n  \"kv_b_proj\": [");
-        for (int64_t i = 0; i < rs.n_kvb_out; i++) {
-            printf("%s\n    {\"layer\": %lld, \"reference\": ", i ? "," : "",
-                   (long long)rs.kvb_out[i].layer);
-            json_ref(stdout, &rs.kvb_out[i].ref);
-            printf("}");
-        }
-        printf("%s],\n  \"summary\": {\"tensors\": %lld, \"nonfinite_tensors\": %lld, "
-               "\"nan\": %llu, \"inf\": %llu, \"reference_ok\": %lld, \"reference_failed\": %lld, "
-               "\"reference_outliers\": %lld, \"reference_missing\": %lld, \"gpu\": ",
-               rs.n_kvb_out ? "\n  " : "", (long long)rs.n_tensors, (long long)rs.n_nonfinite_tensors,
-               (unsigned long long)rs.total_nan, (unsigned long long)rs.total_inf,
-               (long long)rs.n_ref_ok, (long long)rs.n_ref_fail, (long long)rs.n_ref_outlier,
-               (long long)rs.n_ref_missing);
-        if (!o.gpu)
-            printf("null");
-        else if (!rs.gpu_ok) {
-            printf("{\"status\": \"%s\", \"reason\": ", rs.gpu_failed ? "failed" : "skipped");
-            cli_json_str(stdout, rs.gpu_why, SIZE_MAX);
-            printf("}");
-        } else {
-            printf("{\"status\": \"%s\", \"tensors_different\": %lld, \"device\": ",
-                   rs.n_gpu_diff ? "different" : "equal", (long long)rs.n_gpu_diff);
-            cli_json_str(stdout, rs.gpu_why, SIZE_MAX);
-            printf("}");
-        }
-        printf(", \"ok\": %s}\n}\n", ok ? "true" : "false");
-    } else {
-        printf("%lld tensors dequantized", (long long)rs.n_tensors);
-        if (rs.n_nonfinite_tensors)
-            printf(", %lld with NaN/Inf (%llu NaN, %llu Inf)%s", (long long)rs.n_nonfinite_tensors,
-                   (unsigned long long)rs.total_nan, (unsigned long long)rs.total_inf,
-                   o.allow_nonfinite ? " (allowed)" : "");
-        else
-            printf(", all values finite");
-        if (rs.st) {
-            printf("; reference: %lld ok, %lld failed", (long long)rs.n_ref_ok,
-                   (long long)rs.n_ref_fail);
-            if (rs.n_ref_outlier)
-                printf(" (%lld by a block or row out of line)", (long long)rs.n_ref_outlier);
-            printf(", %lld missing", (long long)rs.n_ref_missing);
-        }
-        if (o.gpu)
-            printf("; GPU%s%s%s: %s", rs.gpu_ok ? " (" : "", rs.gpu_ok ? rs.gpu_why : "",
-                   rs.gpu_ok ? ")" : "",
-                   rs.gpu_failed ? "FAILED (see above)" : !rs.gpu_ok ? "skipped"
-                   : rs.n_gpu_diff ? "DIFFERENT" : "equal bit for bit");
-        if (o.dump)
-            printf("; wrote %s", o.dump);
-        printf("\n");
-    }
+    if (o.json)
+        summary_json(&rs, ok);
+    else
+        summary_text(&rs);
     if (nonfinite_fail || !ok)
         ret = CLI_EXIT_DIFF;
     else if (rs.gpu_failed)
@@ -827,19 +875,8 @@ int main(int argc, char **argv)
         ret = CLI_EXIT_ENV;
     }
 done:
-    gguf_npy_free(npy);
-    for (int64_t i = 0; i < rs.n_kvb; i++) {
-        free(rs.kvb[i].kx);
-        free(rs.kvb[i].vx);
-    }
-    free(rs.kvb);
-    free(rs.kvb_out);
-    free(rs.buf);
-    if (o.gpu)
-        dv_gpu_release();
-    gguf_dequant_pool_free(rs.pool);
-    gguf_st_set_close(rs.st);
-    gguf_set_close(rs.set);
+    gguf_npy_writer_free(npy);
+    run_state_free(&rs);
     if (o.have_regex)
         regfree(&o.regex);
     return ret;

@@ -5,8 +5,8 @@
  * block-scaled FP8, NVFP4), dequantized a run of rows at a time. HF names and
  * llama's Q/K row permutation come from the model module (gguf/model.h:
  * gguf_role_parse, gguf_role_hf_name, gguf_llama_qk_row_to_hf); architectures
- * it does not know but that name tensors as llama does (mistral, granite) use
- * llama's table.
+ * it does not model but that name tensors as llama does (mistral, granite) use
+ * llama's table (gguf_arch_naming_from_name).
  *
  * Layout facts used:
  *   - numpy shape = reversed ggml ne, so GGUF row r (ne[0] elements) is HF
@@ -118,19 +118,12 @@ void dv_model_info_read(dv_model_info *mi, const gguf_set *set)
 
 /* ---- names ---- */
 
-static bool is_llama_like(const char *arch)
-{ /* llama's converter permutes attn_q/attn_k rows; these reuse it */
-    return !strcmp(arch, "llama") || !strcmp(arch, "mistral") || !strcmp(arch, "granite");
-}
-
 /* The model module's HF name for a tensor, with "*" replaced by the expert
  * index when expert >= 0. Returns 0, or -1 when the module has none. */
 static int map_name(const dv_model_info *mi, const char *gguf, int64_t expert, char *out,
                     size_t size, int *is_exps, int *is_llama_qk)
 {
-    gguf_arch arch = gguf_arch_from_name(mi->arch);
-    if (arch == GGUF_ARCH_UNKNOWN && is_llama_like(mi->arch))
-        arch = GGUF_ARCH_LLAMA;
+    const gguf_arch arch = gguf_arch_naming_from_name(mi->arch);
     gguf_role role;
     int64_t layer;
     char name[256];
@@ -638,13 +631,7 @@ void dv_kv_b_compare(dv_ref_result *r, const gguf_st_set *st, int64_t layer,
         return;
     }
     /* reassemble: per head, nope rows of k (k_b transposed) then vh rows of v */
-    for (int64_t h = 0; h < heads; h++) {
-        float *dst = kv + h * (nope + vh) * lora;
-        for (int64_t i = 0; i < nope; i++)
-            for (int64_t c = 0; c < lora; c++)
-                dst[i * lora + c] = k[(h * lora + c) * nope + i];
-        memcpy(dst + nope * lora, v + h * vh * lora, sizeof(float) * (size_t)(vh * lora));
-    }
+    gguf_mla_kv_b_join(k, v, heads, lora, nope, vh, kv);
     double e2 = 0, rs = 0;
     for (int64_t i = 0; i < rows * lora; i++) {
         const double b = rf[i], d = (double)kv[i] - b;

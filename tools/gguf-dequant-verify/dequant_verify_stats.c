@@ -223,115 +223,7 @@ double dv_stats_std(const dv_stats *s)
     return var > 0 ? sqrt(var) : 0.0;
 }
 
-/* ---- suspicious scales ---- */
-
-enum { SC_OK = 0, SC_ZERO = 1, SC_NAN = 2, SC_INF = 4, SC_SUB = 8, SC_BAD = 16 };
-
-static int classify_f16(uint16_t h)
-{
-    const int exp = (h >> 10) & 31, man = h & 1023;
-    if (exp == 31)
-        return man ? SC_NAN : SC_INF;
-    if (exp == 0)
-        return man ? SC_SUB : SC_ZERO;
-    return SC_OK;
-}
-
-static int classify_f32(uint32_t u)
-{
-    const uint32_t exp = (u >> 23) & 255, man = u & 0x7FFFFF;
-    if (exp == 255)
-        return man ? SC_NAN : SC_INF;
-    if (exp == 0)
-        return man ? SC_SUB : SC_ZERO;
-    return SC_OK;
-}
-
-static uint16_t rd16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-/* Offsets of the f16 scale fields of a block (d, and dmin / m where present). */
-static int f16_fields(uint32_t type, size_t off[2])
-{
-#define F1(T, a) off[0] = offsetof(T, a); return 1
-#define F2(T, a, b) off[0] = offsetof(T, a); off[1] = offsetof(T, b); return 2
-    switch (type) {
-    case GGUF_TYPE_Q4_0: F1(gguf_block_q4_0, d);
-    case GGUF_TYPE_Q4_1: F2(gguf_block_q4_1, d, m);
-    case GGUF_TYPE_Q5_0: F1(gguf_block_q5_0, d);
-    case GGUF_TYPE_Q5_1: F2(gguf_block_q5_1, d, m);
-    case GGUF_TYPE_Q8_0: F1(gguf_block_q8_0, d);
-    case GGUF_TYPE_Q8_1: F1(gguf_block_q8_1, d);
-    case GGUF_TYPE_Q2_K: F2(gguf_block_q2_k, d, dmin);
-    case GGUF_TYPE_Q3_K: F1(gguf_block_q3_k, d);
-    case GGUF_TYPE_Q4_K: F2(gguf_block_q4_k, d, dmin);
-    case GGUF_TYPE_Q5_K: F2(gguf_block_q5_k, d, dmin);
-    case GGUF_TYPE_Q6_K: F1(gguf_block_q6_k, d);
-    case GGUF_TYPE_TQ1_0: F1(gguf_block_tq1_0, d);
-    case GGUF_TYPE_TQ2_0: F1(gguf_block_tq2_0, d);
-    case GGUF_TYPE_IQ2_XXS: F1(gguf_block_iq2_xxs, d);
-    case GGUF_TYPE_IQ2_XS: F1(gguf_block_iq2_xs, d);
-    case GGUF_TYPE_IQ2_S: F1(gguf_block_iq2_s, d);
-    case GGUF_TYPE_IQ3_XXS: F1(gguf_block_iq3_xxs, d);
-    case GGUF_TYPE_IQ3_S: F1(gguf_block_iq3_s, d);
-    case GGUF_TYPE_IQ1_S: F1(gguf_block_iq1_s, d);
-    case GGUF_TYPE_IQ4_NL: F1(gguf_block_iq4_nl, d);
-    case GGUF_TYPE_IQ4_XS: F1(gguf_block_iq4_xs, d);
-    case GGUF_TYPE_Q1_0: F1(gguf_block_q1_0, d);
-    default: return 0;
-    }
-#undef F1
-#undef F2
-}
-
-static int classify_block(uint32_t type, const uint8_t *b)
-{
-    size_t off[2];
-    int flags = 0;
-    const int n = f16_fields(type, off);
-    if (n > 0) {
-        /* a zero or tiny dmin / m is normal (little or no offset): only d
-         * counts as zero or subnormal; any field counts when NaN or Inf */
-        flags |= classify_f16(rd16(b + off[0]));
-        if (n > 1)
-            flags |= classify_f16(rd16(b + off[1])) & (SC_NAN | SC_INF);
-        return flags;
-    }
-    switch (type) {
-    case GGUF_TYPE_Q8_K: {
-        uint32_t u;
-        memcpy(&u, b + offsetof(gguf_block_q8_k, d), 4);
-        return classify_f32(u);
-    }
-    case GGUF_TYPE_IQ1_M: {
-        const uint8_t *sc = b + offsetof(gguf_block_iq1_m, scales);
-        const uint16_t d = (uint16_t)((rd16(sc) >> 12) | ((rd16(sc + 2) >> 8) & 0x00F0) |
-                                      ((rd16(sc + 4) >> 4) & 0x0F00) | (rd16(sc + 6) & 0xF000));
-        return classify_f16(d);
-    }
-    case GGUF_TYPE_MXFP4: {
-        const uint8_t e = b[offsetof(gguf_block_mxfp4, e)];
-        return e == 0xFF ? SC_NAN : e == 0 ? SC_SUB : SC_OK; /* 0xFF is NaN in OCP MX */
-    }
-    case GGUF_TYPE_NVFP4:
-        for (int s = 0; s < 4; s++) {
-            const uint8_t x = b[offsetof(gguf_block_nvfp4, d) + s];
-            if (x & 0x80)
-                flags |= SC_BAD;
-            else if (x == 0x7F)
-                flags |= SC_NAN;
-            else if (x == 0)
-                flags |= SC_ZERO;
-            else if (x < 8)
-                flags |= SC_SUB;
-        }
-        return flags;
-    default:
-        return SC_OK;
-    }
-}
+/* ---- suspicious scales (where each type keeps them: the library) ---- */
 
 void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_blocks)
 {
@@ -339,12 +231,12 @@ void dv_scan_scales(dv_stats *s, uint32_t type, const uint8_t *data, uint64_t n_
     if (!ti || !ti->quantized)
         return;
     for (uint64_t i = 0; i < n_blocks; i++) {
-        const int f = classify_block(type, data + i * ti->type_size);
-        s->blk_zero += (f & SC_ZERO) != 0;
-        s->blk_nan += (f & SC_NAN) != 0;
-        s->blk_inf += (f & SC_INF) != 0;
-        s->blk_subnormal += (f & SC_SUB) != 0;
-        s->blk_bad_encoding += (f & SC_BAD) != 0;
+        const unsigned f = gguf_block_scale_flags(type, data + i * ti->type_size);
+        s->blk_zero += (f & GGUF_SCALE_ZERO) != 0;
+        s->blk_nan += (f & GGUF_SCALE_NAN) != 0;
+        s->blk_inf += (f & GGUF_SCALE_INF) != 0;
+        s->blk_subnormal += (f & GGUF_SCALE_SUBNORMAL) != 0;
+        s->blk_bad_encoding += (f & GGUF_SCALE_BAD_ENCODING) != 0;
     }
     s->n_blocks += n_blocks;
 }

@@ -185,7 +185,7 @@ flush:
 done:
     free(d.tensors);
     free(d.files);
-    gguf_set_close(s);
+    gguf_set_free(s);
     cli_filter_free(&o.filter);
     return ret;
 }

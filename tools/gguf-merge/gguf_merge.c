@@ -9,6 +9,7 @@
 #include "gguf/split.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,52 +126,40 @@ static void print_plan_text(const gguf_set *in, const gguf_split_plan *p, const 
 static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_split_report *r,
                        bool dry_run)
 {
-    cli_json_begin(stdout, "gguf-merge");
-    printf(", \"operation\": \"%s\", \"dry_run\": %s, \"inputs\": [",
-           p->kind == GGUF_PLAN_MERGE ? "merge" : "split", dry_run ? "true" : "false");
-    for (uint32_t i = 0; i < gguf_set_part_count(in); i++) {
-        printf("%s", i ? ", " : "");
-        cli_json_str(stdout, gguf_file_path(gguf_set_part(in, i)), SIZE_MAX);
-    }
-    printf("], \"tensors\": %lld, \"total_size\": %llu, \"layout\": \"%s\", \"layout_block\": ",
-           (long long)p->n_tensors, (unsigned long long)p->total_size,
-           gguf_merge_layout_name(p->layout));
-    if (p->layout == GGUF_LAYOUT_ALIGNED)
-        printf("%u", p->block);
-    else
-        printf("null");
-    printf(", \"outputs\": [");
-    for (uint32_t k = 0; k < p->n_parts; k++) {
-        printf("%s{\"path\": ", k ? ", " : "");
-        cli_json_str(stdout, p->parts[k].path, SIZE_MAX);
-        printf(", \"tensors\": %lld, \"first\": %lld, \"size\": %llu, \"header_size\": %llu}",
-               (long long)p->parts[k].count, (long long)p->parts[k].first,
-               (unsigned long long)p->parts[k].size, (unsigned long long)p->parts[k].header_size);
-    }
-    printf("]");
-    if (r) {
-        char hex[GGUF_DIGEST_HEX];
-        printf(", \"seconds_write\": ");
-        cli_json_num(stdout, r->seconds_copy);
+    json_t *inputs = json_array(), *outputs = json_array();
+    for (uint32_t i = 0; i < gguf_set_part_count(in); i++)
+        json_array_append_new(inputs, cli_json_text(gguf_file_path(gguf_set_part(in, i)), SIZE_MAX));
+    for (uint32_t k = 0; k < p->n_parts; k++)
+        json_array_append_new(outputs, json_pack("{s:o, s:I, s:I, s:I, s:I}",
+            "path", cli_json_text(p->parts[k].path, SIZE_MAX),
+            "tensors", (json_int_t)p->parts[k].count, "first", (json_int_t)p->parts[k].first,
+            "size", (json_int_t)p->parts[k].size, "header_size", (json_int_t)p->parts[k].header_size));
+    json_t *doc = json_pack("{s:s, s:b, s:o, s:I, s:I, s:s, s:o, s:o}",
+        "operation", p->kind == GGUF_PLAN_MERGE ? "merge" : "split", "dry_run", dry_run,
+        "inputs", inputs, "tensors", (json_int_t)p->n_tensors,
+        "total_size", (json_int_t)p->total_size, "layout", gguf_merge_layout_name(p->layout),
+        "layout_block", p->layout == GGUF_LAYOUT_ALIGNED ? json_integer(p->block) : json_null(),
+        "outputs", outputs);
+    if (doc && r) {
         /* Only a verification has a verification time: a manifest without
          * --verify reads the outputs back too, reported as seconds_digest. */
-        printf(", \"seconds_verify\": ");
-        if (r->verified)
-            cli_json_num(stdout, r->seconds_verify);
-        else
-            printf("null");
-        printf(", \"seconds_digest\": ");
-        if (r->verified || r->have_digests)
-            cli_json_num(stdout, r->seconds_digest);
-        else
-            printf("null");
-        printf(", \"copy_ranges\": %llu", (unsigned long long)r->n_ranges);
-        printf(", \"verified\": %s, \"deleted_inputs\": %u", r->verified ? "true" : "false",
-               r->n_deleted);
-        if (r->have_digests)
-            printf(", \"model_digest\": \"%s\"", gguf_digest_hex(&r->model_digest, hex));
+        json_object_set_new(doc, "seconds_write", cli_json_number(r->seconds_copy));
+        json_object_set_new(doc, "seconds_verify",
+                            r->verified ? cli_json_number(r->seconds_verify) : json_null());
+        json_object_set_new(doc, "seconds_digest", r->verified || r->have_digests
+                                                       ? cli_json_number(r->seconds_digest)
+                                                       : json_null());
+        json_object_set_new(doc, "copy_ranges", json_integer((json_int_t)r->n_ranges));
+        json_object_set_new(doc, "verified", json_boolean(r->verified));
+        json_object_set_new(doc, "deleted_inputs", json_integer(r->n_deleted));
+        if (r->have_digests) {
+            char hex[GGUF_DIGEST_HEX];
+            json_object_set_new(doc, "model_digest",
+                                json_string(gguf_digest_hex(&r->model_digest, hex)));
+        }
     }
-    printf("}\n");
+    if (cli_json_print_report(stdout, "gguf-merge", doc) != 0)
+        cli_errorf(SPEC.tool, "cannot write the JSON report");
 }
 
 int main(int argc, char **argv)
@@ -277,7 +266,7 @@ int main(int argc, char **argv)
     if (merge)
         rc = gguf_merge_plan_opts(&plan, set, output, &mo, &err);
     else
-        rc = gguf_split_plan_make(&plan, set, output, &lim, &err);
+        rc = gguf_split_plan_create(&plan, set, output, &lim, &err);
     if (!rc && manifest)
         rc = gguf_split_check_manifest(manifest, set, plan, jo.overwrite, &err);
     if (rc)
@@ -332,6 +321,6 @@ done:
         cli_error(TOOL, &err);
     gguf_split_report_free(rep);
     gguf_split_plan_free(plan);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return cli_exit_code(rc);
 }

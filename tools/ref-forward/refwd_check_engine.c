@@ -17,6 +17,7 @@
 #include "gguf/engine.h"
 #include "gguf/forward.h"
 #include "gguf/model.h"
+#include "gguf/output.h"
 #include "refwd_backend.h"
 #include "refwd_compare.h"
 #include "refwd_engine.h"
@@ -206,40 +207,16 @@ static int parse_tp_list(const char *s, gguf_diag_opts *d)
     }
 }
 
+/* A prompts or messages file whole (gguf_read_small_file); NULL with errno set. */
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    char *text;
+    gguf_error err = {0};
+    if (gguf_read_small_file(path, (size_t)1 << 30, &text, len, &err) != 0) {
+        errno = err.sys_errno ? err.sys_errno : err.code == GGUF_E_LIMIT ? EFBIG : EIO;
         return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 4096 > cap) {
-            char *t = realloc(buf, cap * 2);
-            if (!t) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = t;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
     }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        if (len)
-            *len = n;
-    }
-    return buf;
+    return text;
 }
 
 static ce_prompt *add_prompt(ce_opts *o)
@@ -590,8 +567,8 @@ done:
     refwd_http_free(ctx.http);
     gguf_tokenizer_free(tok);
     gguf_model_free(m);
-    gguf_set_close(set);
-    gguf_set_close(vocab);
+    gguf_set_free(set);
+    gguf_set_free(vocab);
     return ret;
 }
 
@@ -622,6 +599,7 @@ static char *report_command(int argc, char **argv)
 int refwd_check_engine_main(int argc, char **argv)
 {
     ce_opts o = {0};
+    o.diag = (gguf_diag_opts)GGUF_DIAG_OPTS_INIT;
     o.n_predict = 16;
     o.top_k = 5;
     o.show = -1; /* not given: 8, every position with -v */

@@ -461,8 +461,8 @@ int refwd_compare_files(const char *ref_path, const char *test_path,
     }
 done:
     gguf_cmp_result_free(res);
-    gguf_record_close(a);
-    gguf_record_close(b);
+    gguf_record_free(a);
+    gguf_record_free(b);
     return ret;
 }
 

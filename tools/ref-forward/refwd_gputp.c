@@ -41,7 +41,7 @@ static double now_s(void)
 static int make_plan(const refwd_gpu_tp_args *a, gguf_shard_plan **plan, gguf_error *err)
 {
     gguf_shard_opts so = {.tp = a->tp, .ep = a->ep, .engine = a->engine};
-    int rc = gguf_shard_plan_build(plan, a->m, &so, err);
+    int rc = gguf_shard_plan_create(plan, a->m, &so, err);
     return rc || !a->inject ? rc : gguf_shard_apply_fault_spec(*plan, a->inject, err);
 }
 
@@ -135,7 +135,7 @@ static int merge(const refwd_gpu_tp_args *a, char paths[][4200], const char *out
             const gguf_capture *c = gguf_record_capture_at(rec, i);
             rc = gguf_record_add(w, c->point, c->rank, c->n_dims, c->ne, c->data, err);
         }
-        gguf_record_close(rec);
+        gguf_record_free(rec);
     }
     if (!rc)
         rc = gguf_record_writer_finish(w, err);

@@ -102,7 +102,7 @@ static int list_maps(void)
         const char *p = find_map(names[k], buf, sizeof buf);
         gguf_import_map *m = NULL;
         gguf_error err;
-        if (p == names[k] || gguf_import_map_load(&m, p, &err)) {
+        if (p == names[k] || gguf_import_map_open(&m, p, &err)) {
             printf("%-18s (not found)\n", names[k]);
             continue;
         }
@@ -129,7 +129,7 @@ static int model_meta(const char *path, char *digest, char *arch, size_t arch_n)
         if (!rc && gguf_get_str(gguf_set_meta(s), "general.architecture", &a, NULL) == 0)
             snprintf(arch, arch_n, "%.*s", (int)(a.len < 63 ? a.len : 63), a.data);
     }
-    gguf_set_close(s);
+    gguf_set_free(s);
     if (rc)
         cli_error(REF_FORWARD_TOOL, &err);
     return rc;
@@ -233,7 +233,7 @@ int refwd_import_main(int argc, char **argv)
     gguf_error err;
     char buf[4096], digest[64] = "", arch[64] = "";
     const char *map_path = find_map(map_arg, buf, sizeof buf);
-    if ((rc = gguf_import_map_load(&map, map_path, &err))) {
+    if ((rc = gguf_import_map_open(&map, map_path, &err))) {
         cli_error(tool, &err);
         ret = cli_exit_code(rc);
         goto done;

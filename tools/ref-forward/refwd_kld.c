@@ -6,6 +6,7 @@
  *             logits, with llama.cpp's statistics.
  * The format and the statistics are in the library (gguf/kld.h). */
 #include <errno.h>
+#include <jansson.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "gguf/forward.h"
 #include "gguf/kld.h"
 #include "gguf/model.h"
+#include "gguf/output.h"
 #include "gguf/tokenize.h"
 #include "refwd_backend.h"
 #include "ref_forward.h"
@@ -96,41 +98,16 @@ typedef struct kld_opts {
     int threads;
 } kld_opts;
 
+/* A token or text file whole (gguf_read_small_file); NULL with errno set. */
 static char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    char *text;
+    gguf_error err = {0};
+    if (gguf_read_small_file(path, (size_t)1 << 30, &text, len, &err) != 0) {
+        errno = err.sys_errno ? err.sys_errno : err.code == GGUF_E_LIMIT ? EFBIG : EIO;
         return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf)
-            break;
-        if (cap - n < 2) {
-            char *t = realloc(buf, cap * 2);
-            if (!t) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = t;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
     }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = n;
-    }
-    return buf;
+    return text;
 }
 
 /* Ids separated by commas or white space. */
@@ -423,7 +400,7 @@ done:
     free(logits);
     free(ids);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }
 
@@ -473,45 +450,29 @@ static void print_stats(const gguf_kld_stats *s, const char *base, int64_t chunk
     printf("Same top p: %6.3f ± %5.3f %%\n", 100.0 * s->same_top_p, 100.0 * s->same_top_p_unc);
 }
 
-static void json_kv(const char *key, double v, bool last)
-{
-    printf("\"%s\": ", key);
-    cli_json_num(stdout, v);
-    if (!last)
-        printf(", ");
-}
-
 static void print_json(const gguf_kld_stats *s, const char *base, int64_t chunks)
 {
-    cli_json_begin(stdout, REF_FORWARD_TOOL " kld");
-    printf(", \"base\": ");
-    cli_json_str(stdout, base, SIZE_MAX);
-    printf(", \"chunks\": %lld, \"count\": %lld, ", (long long)chunks, (long long)s->count);
-    json_kv("mean_kld", s->mean_kld, false);
-    json_kv("mean_kld_uncertainty", s->mean_kld_unc, false);
-    json_kv("max_kld", s->max_kld, false);
-    json_kv("p99_9_kld", s->p999_kld, false);
-    json_kv("p99_kld", s->p99_kld, false);
-    json_kv("p95_kld", s->p95_kld, false);
-    json_kv("p90_kld", s->p90_kld, false);
-    json_kv("median_kld", s->median_kld, false);
-    json_kv("min_kld", s->min_kld, false);
-    json_kv("same_top_p", s->same_top_p, false);
-    json_kv("same_top_p_uncertainty", s->same_top_p_unc, false);
-    json_kv("rms_dp", s->rms_dp, false);
-    json_kv("rms_dp_uncertainty", s->rms_dp_unc, false);
-    json_kv("mean_dp", s->mean_dp, false);
-    json_kv("max_dp", s->max_dp, false);
-    json_kv("min_dp", s->min_dp, false);
-    json_kv("ppl", s->ppl, false);
-    json_kv("ppl_base", s->ppl_base, false);
-    json_kv("ln_ppl_ratio", s->ln_ppl_ratio, false);
-    json_kv("ln_ppl_ratio_uncertainty", s->ln_ppl_ratio_unc, false);
-    json_kv("ppl_ratio", s->ppl_ratio, false);
-    json_kv("ppl_ratio_uncertainty", s->ppl_ratio_unc, false);
-    json_kv("ppl_diff", s->ppl_diff, false);
-    json_kv("ppl_diff_uncertainty", s->ppl_diff_unc, true);
-    printf("}\n");
+    json_t *doc = json_pack("{s:o, s:I, s:I}", "base", cli_json_text(base, SIZE_MAX),
+                            "chunks", (json_int_t)chunks, "count", (json_int_t)s->count);
+    const struct {
+        const char *key;
+        double v;
+    } kv[] = {
+        {"mean_kld", s->mean_kld}, {"mean_kld_uncertainty", s->mean_kld_unc},
+        {"max_kld", s->max_kld}, {"p99_9_kld", s->p999_kld}, {"p99_kld", s->p99_kld},
+        {"p95_kld", s->p95_kld}, {"p90_kld", s->p90_kld}, {"median_kld", s->median_kld},
+        {"min_kld", s->min_kld}, {"same_top_p", s->same_top_p},
+        {"same_top_p_uncertainty", s->same_top_p_unc}, {"rms_dp", s->rms_dp},
+        {"rms_dp_uncertainty", s->rms_dp_unc}, {"mean_dp", s->mean_dp}, {"max_dp", s->max_dp},
+        {"min_dp", s->min_dp}, {"ppl", s->ppl}, {"ppl_base", s->ppl_base},
+        {"ln_ppl_ratio", s->ln_ppl_ratio}, {"ln_ppl_ratio_uncertainty", s->ln_ppl_ratio_unc},
+        {"ppl_ratio", s->ppl_ratio}, {"ppl_ratio_uncertainty", s->ppl_ratio_unc},
+        {"ppl_diff", s->ppl_diff}, {"ppl_diff_uncertainty", s->ppl_diff_unc},
+    };
+    for (size_t i = 0; doc && i < sizeof kv / sizeof *kv; i++)
+        json_object_set_new(doc, kv[i].key, cli_json_number(kv[i].v));
+    if (cli_json_print_report(stdout, REF_FORWARD_TOOL " kld", doc) != 0)
+        cli_errorf(REF_FORWARD_TOOL, "cannot write the JSON report");
 }
 
 int refwd_kld_main(int argc, char **argv)
@@ -586,8 +547,8 @@ int refwd_kld_main(int argc, char **argv)
 done:
     free(logits);
     gguf_kld_acc_free(acc);
-    gguf_kld_close(f);
+    gguf_kld_free(f);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }

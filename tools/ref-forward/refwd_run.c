@@ -4,6 +4,7 @@
  * checkpoints (gguf_model_open_hf, gguf/model.h); comparing and reporting
  * records is refwd_compare.c's, GPU ranks refwd_gputp.c's. */
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,7 +266,7 @@ static int run_tp(run_opts *o, const gguf_set *set, const gguf_model *m)
     char ref[4200] = "", test[4200] = "";
     int ret = CLI_EXIT_ENV, rc;
     gguf_shard_opts so = {.tp = o->tp, .ep = o->ep, .engine = o->engine};
-    if ((rc = gguf_shard_plan_build(&plan, m, &so, &err)) ||
+    if ((rc = gguf_shard_plan_create(&plan, m, &so, &err)) ||
         (o->inject && (rc = gguf_shard_apply_fault_spec(plan, o->inject, &err)))) {
         ret = report(rc, &err);
         goto done;
@@ -309,32 +310,31 @@ done:
 
 /* ---- one backend: record, generate, print ---- */
 
+static json_t *json_ids(const int32_t *ids, int64_t n)
+{
+    json_t *a = json_array();
+    for (int64_t i = 0; a && i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
 static void print_json(const run_opts *o, const gguf_model *m, const gguf_fwd_generation *g,
                        const char *text, const gguf_fwd_stats *st)
 {
     const gguf_hparams *hp = gguf_model_hparams(m);
     const int64_t V = hp->n_vocab;
-    cli_json_begin(stdout, REF_FORWARD_TOOL);
-    printf(", \"model\": ");
-    cli_json_str(stdout, o->model, SIZE_MAX);
-    printf(", \"arch\": ");
-    cli_json_str(stdout, hp->arch_name, SIZE_MAX);
-    printf(", \"precision\": \"%s\", \"n_vocab\": %lld, \"tokens\": [",
-           o->fo.precision == GGUF_FWD_F64 ? "f64" : "f32", (long long)V);
-    for (int64_t i = 0; i < o->n_tokens; i++)
-        printf("%s%d", i ? ", " : "", o->tokens[i]);
-    printf("], \"generated\": [");
-    for (int64_t i = 0; i < g->n_ids; i++)
-        printf("%s%d", i ? ", " : "", g->ids[i]);
-    printf("], \"text\": ");
-    cli_json_str(stdout, text, SIZE_MAX);
-    printf(", \"next_token\": %lld",
-           (long long)gguf_fwd_argmax(g->logits + (o->n_tokens - 1) * V, V));
-    printf(", \"stats\": {\"seconds\": ");
-    cli_json_num(stdout, st->seconds);
-    printf(", \"weight_bytes\": %llu, \"peak_weight_bytes\": %llu, \"experts_loaded\": %llu}}\n",
-           (unsigned long long)st->weight_bytes, (unsigned long long)st->peak_weight_bytes,
-           (unsigned long long)st->experts_loaded);
+    json_t *doc = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:I, s:{s:o, s:I, s:I, s:I}}",
+        "model", cli_json_text(o->model, SIZE_MAX), "arch", cli_json_text(hp->arch_name, SIZE_MAX),
+        "precision", o->fo.precision == GGUF_FWD_F64 ? "f64" : "f32", "n_vocab", (json_int_t)V,
+        "tokens", json_ids(o->tokens, o->n_tokens), "generated", json_ids(g->ids, g->n_ids),
+        "text", cli_json_text(text, SIZE_MAX),
+        "next_token", (json_int_t)gguf_fwd_argmax(g->logits + (o->n_tokens - 1) * V, V),
+        "stats", "seconds", cli_json_number(st->seconds),
+        "weight_bytes", (json_int_t)st->weight_bytes,
+        "peak_weight_bytes", (json_int_t)st->peak_weight_bytes,
+        "experts_loaded", (json_int_t)st->experts_loaded);
+    if (cli_json_print_report(stdout, REF_FORWARD_TOOL, doc) != 0)
+        cli_errorf(REF_FORWARD_TOOL, "cannot write the JSON report");
 }
 
 static void print_text(const run_opts *o, const gguf_model *m, const gguf_fwd_ctx *ctx,
@@ -726,8 +726,8 @@ int refwd_run_main(int argc, char **argv)
     }
 done:
     gguf_model_free(m);
-    gguf_set_close(set);
-    gguf_set_close(vocab);
+    gguf_set_free(set);
+    gguf_set_free(vocab);
     free(o.tokens);
     free(o.command);
     return ret;

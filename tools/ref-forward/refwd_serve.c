@@ -130,7 +130,9 @@ static int be_tokenize(void *user, const char *text, size_t len, bool add_bos, i
 static int be_token_text(void *user, int32_t id, char *buf, size_t size)
 {
     backend *b = user;
-    return gguf_fwd_token_text(b->meta, id, buf, size);
+    /* the tokenizer's pieces; the bare vocabulary only where it has none */
+    return b->tk ? gguf_token_text(b->tk, id, buf, size)
+                 : gguf_fwd_token_text(b->meta, id, buf, size);
 }
 
 /* The vocabulary's own string of a token (tokenizer.ggml.tokens[id]). */
@@ -665,7 +667,7 @@ static int build_plan(const serve_args *a, const gguf_model *m, gguf_shard_plan 
     so.tp = a->tp;
     so.ep = a->ep;
     so.engine = a->engine;
-    int rc = gguf_shard_plan_build(out, m, &so, err);
+    int rc = gguf_shard_plan_create(out, m, &so, err);
     if (rc || !a->inject)
         return rc;
     char name[96];
@@ -899,6 +901,6 @@ done:
     gguf_tokenizer_free(be.tk);
     gguf_shard_plan_free(plan);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }

@@ -198,6 +198,6 @@ int sp_check_dump_main(int argc, char **argv)
 done:
     gguf_dump_check_free(ck);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }

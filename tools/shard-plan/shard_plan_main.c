@@ -12,6 +12,7 @@
 #include "shard_plan_tool.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <sys/stat.h>
 
 enum {
@@ -85,10 +86,7 @@ static void on_signal(int sig)
 /* The fault catalog: a line each, or JSON: {tool, version, faults: [{name, kind, summary}]}. */
 static void print_faults(bool json)
 {
-    if (json) {
-        cli_json_begin(stdout, SP_TOOL);
-        fputs(", \"faults\": [", stdout);
-    }
+    json_t *all = json ? json_array() : NULL;
     for (int f = 1; f < GGUF_FAULT_COUNT; f++) {
         const char *kind = gguf_fault_is_config((gguf_fault)f) ? "config" : "weights";
         if (!json) {
@@ -96,14 +94,12 @@ static void print_faults(bool json)
                    gguf_fault_summary((gguf_fault)f));
             continue;
         }
-        fputs(f > 1 ? ", {\"name\": " : "{\"name\": ", stdout);
-        cli_json_str(stdout, gguf_fault_name((gguf_fault)f), SIZE_MAX);
-        fprintf(stdout, ", \"kind\": \"%s\", \"summary\": ", kind);
-        cli_json_str(stdout, gguf_fault_summary((gguf_fault)f), SIZE_MAX);
-        fputc('}', stdout);
+        json_array_append_new(all, json_pack("{s:o, s:s, s:o}",
+            "name", cli_json_text(gguf_fault_name((gguf_fault)f), SIZE_MAX), "kind", kind,
+            "summary", cli_json_text(gguf_fault_summary((gguf_fault)f), SIZE_MAX)));
     }
-    if (json)
-        fputs("]}\n", stdout);
+    if (json && cli_json_print_report(stdout, SP_TOOL, json_pack("{s:o}", "faults", all)) != 0)
+        cli_errorf(SP_TOOL, "cannot write the fault list");
 }
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out)
@@ -250,7 +246,7 @@ int main(int argc, char **argv)
     gguf_shard_plan *p = NULL;
     if ((rc = gguf_set_open(&set, a.model, NULL, &err)) != 0 ||
         (rc = gguf_model_open_flags(&m, set, GGUF_MODEL_ALLOW_MISSING, &err)) != 0 ||
-        (rc = gguf_shard_plan_build(&p, m, &a.opts, &err)) != 0) {
+        (rc = gguf_shard_plan_create(&p, m, &a.opts, &err)) != 0) {
         cli_error(SP_TOOL, &err);
         exit_code = cli_exit_code(rc);
         goto done;
@@ -325,6 +321,6 @@ done:
     cli_filter_free(&a.filter);
     gguf_shard_plan_free(p);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return exit_code;
 }

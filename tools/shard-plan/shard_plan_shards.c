@@ -129,7 +129,7 @@ static int write_bytes(wctx *c, const gguf_shard_plan *p, const gguf_shard_tenso
 }
 
 static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const char *path,
-                      FILE *manifest, volatile sig_atomic_t *cancel, gguf_error *err)
+                      FILE *manifest, const gguf_cancel_flag *cancel, gguf_error *err)
 {
     const gguf_model *m = gguf_shard_plan_model(p);
     const gguf_file *meta = gguf_model_meta(m);
@@ -146,7 +146,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
     int rc = gguf_writer_create(&w, path, &wo, err);
     if (rc)
         return rc;
-    if (gguf_hasher_new(&h) != 0) {
+    if (gguf_hasher_create(&h) != 0) {
         rc = GGUF_E_NOMEM;
         goto done;
     }
@@ -246,7 +246,7 @@ static int write_rank(const gguf_shard_plan *p, const sp_args *a, int r, const c
         const char *base = strrchr(path, '/');
         fprintf(manifest, "rank %d file %s %" PRIu64 " %s\n", r, gguf_digest_hex(&fd, hx),
                 gguf_file_size(f), base ? base + 1 : path);
-        gguf_file_close(f);
+        gguf_file_free(f);
         for (int64_t i = 0; i < n; i++) {
             const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
             if (written(e))
@@ -267,7 +267,7 @@ done:
     return rc;
 }
 
-int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_atomic_t *cancel,
+int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, const gguf_cancel_flag *cancel,
                     gguf_error *err)
 {
     gguf_error_clear(err);

@@ -38,7 +38,7 @@ void sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a);
  * Write one GGUF per rank into dir plus dir/manifest.txt.
  * @return 0 or a gguf_status (err filled).
  */
-int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, volatile sig_atomic_t *cancel,
+int sp_write_shards(const gguf_shard_plan *p, const sp_args *a, const gguf_cancel_flag *cancel,
                     gguf_error *err);
 
 /* shard-plan check-dump (shard_plan_dump.c). */

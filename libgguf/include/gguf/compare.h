@@ -119,9 +119,15 @@ enum {
 };
 
 typedef struct gguf_cmp_opts {
+    unsigned int version; /* GGUF_CMP_OPTS_VERSION, or 0 for the same (see below) */
     const gguf_tol *tol;   /* NULL: gguf_tol_default for the records' precisions */
     uint32_t flags;        /* GGUF_CMP_ANY_* */
 } gguf_cmp_opts;
+/* The layout version of gguf_cmp_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_CMP_OPTS_VERSION 1
+/* The defaults, version set: gguf_cmp_opts o = GGUF_CMP_OPTS_INIT; */
+#define GGUF_CMP_OPTS_INIT {.version = GGUF_CMP_OPTS_VERSION}
 
 /*
  * Default bounds for a pair of precisions ("f32", "f64", "bf16", "f16"; an

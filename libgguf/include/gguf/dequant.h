@@ -99,6 +99,31 @@ int gguf_dequant_scalar_row(uint32_t type, const void *src, float *dst, int64_t 
 int gguf_dequant_row_path(int path, uint32_t type, const void *src, float *dst, int64_t n,
                           gguf_error *err);
 
+/* ---- the scales of a block ---- */
+
+/* What is odd about a block's scales (gguf_block_scale_flags), OR-ed. */
+enum {
+    GGUF_SCALE_ZERO = 1,         /* the main scale (d) is zero: the block decodes to 0 */
+    GGUF_SCALE_NAN = 2,          /* a scale is NaN (MXFP4: exponent byte 0xFF) */
+    GGUF_SCALE_INF = 4,          /* a scale is infinite */
+    GGUF_SCALE_SUBNORMAL = 8,    /* the main scale is subnormal (MXFP4: exponent 0) */
+    GGUF_SCALE_BAD_ENCODING = 16 /* a scale byte no conforming writer produces (NVFP4:
+                                    bit 7 set in a UE4M3 scale) */
+};
+
+/*
+ * Classify the scales of one block of `type` (type_size bytes at block, any
+ * alignment). The library owns where each type keeps its scales (gguf/blocks.h):
+ * the f16 d of the legacy, K, TQ and IQ types, where a zero or subnormal d
+ * counts and the second f16 field (dmin, m) counts only when NaN or Inf (a
+ * small offset is normal); Q8_K's f32 d; IQ1_M's d spread over the top
+ * nibbles of its sub-block scales; MXFP4's E8M0 exponent; NVFP4's four UE4M3
+ * sub-block scales (each zero, subnormal, 0x7F NaN, or bit 7 set).
+ * @return an OR of GGUF_SCALE_*; 0 for ordinary scales, for a type without
+ *         block scales (F32, F16, BF16, ...) and for an unknown type id.
+ */
+unsigned gguf_block_scale_flags(uint32_t type, const void *block);
+
 /* ---- many rows, threads ---- */
 
 /* A fixed set of worker threads the caller creates once and reuses. It holds
@@ -119,11 +144,17 @@ void gguf_dequant_pool_free(gguf_dequant_pool *pool);
 int gguf_dequant_pool_size(const gguf_dequant_pool *pool);
 
 typedef struct gguf_dequant_opts {
+    unsigned int version; /* GGUF_DEQUANT_OPTS_VERSION, or 0 for the same (see below) */
     int path;                /* gguf_dequant_path; 0 = AUTO */
     int n_threads;           /* without a pool: threads started for this call;
                                 0 or 1 = the calling thread only */
     gguf_dequant_pool *pool; /* optional; when set, n_threads is ignored */
 } gguf_dequant_opts;
+/* The layout version of gguf_dequant_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_DEQUANT_OPTS_VERSION 1
+/* The defaults, version set: gguf_dequant_opts o = GGUF_DEQUANT_OPTS_INIT; */
+#define GGUF_DEQUANT_OPTS_INIT {.version = GGUF_DEQUANT_OPTS_VERSION}
 
 /*
  * Dequantize n_rows rows of ne0 elements each. Row r starts at

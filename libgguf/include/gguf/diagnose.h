@@ -29,7 +29,6 @@
 
 #include "gguf/export.h"
 
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -50,6 +49,7 @@ typedef struct gguf_diag_answer {
 #define GGUF_DIAG_MAX_TP 16
 
 typedef struct gguf_diag_opts {
+    unsigned int version;        /* GGUF_DIAG_OPTS_VERSION, or 0 for the same */
     int tp[GGUF_DIAG_MAX_TP];    /* tp sizes to try; n_tp 0: 1, 2, 4, 8 where the
                                     model's heads, kv heads and ffn split evenly */
     int n_tp;
@@ -64,11 +64,15 @@ typedef struct gguf_diag_opts {
                                     model mapped from files */
     int64_t max_runs;            /* refuse a step 1 of more runs, skip a step 2 that
                                     would exceed it (0: no bound) */
-    volatile sig_atomic_t *cancel; /* non-zero stops the search: GGUF_E_INTERRUPTED */
+    const gguf_cancel_flag *cancel; /* set: the search stops, GGUF_E_INTERRUPTED */
     /* called from the searching threads (serialized) after each run; may be NULL */
     void (*progress)(void *user, int64_t done, int64_t total);
     void *progress_user;
 } gguf_diag_opts;
+/* The layout version of gguf_diag_opts: a larger one is refused with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_DIAG_OPTS_VERSION 1
+#define GGUF_DIAG_OPTS_INIT {.version = GGUF_DIAG_OPTS_VERSION}
 
 typedef struct gguf_diag_candidate {
     gguf_fault fault;            /* GGUF_FAULT_NONE: the clean plan (the baseline) */
@@ -115,7 +119,7 @@ typedef struct gguf_diagnosis {
  * Fills *n_candidates and *n_runs (step 1 only; step 2 adds up to layers x
  * weight faults x tp sizes more candidates).
  * @return 0; GGUF_E_INVALID (bad options, no tp size that the model allows);
- *         GGUF_E_NOMEM.
+ *         GGUF_E_OPTS_VERSION; GGUF_E_NOMEM.
  */
 int gguf_diagnose_count(const gguf_model *m, int n_answers, const gguf_diag_opts *opts,
                         int64_t *n_candidates, int64_t *n_runs, gguf_error *err);
@@ -126,8 +130,9 @@ int gguf_diagnose_count(const gguf_model *m, int n_answers, const gguf_diag_opts
  * tolerance (the calibrated preset the check used).
  * @return 0 and *out (free with gguf_diagnosis_free); GGUF_E_INVALID (bad
  *         options, an answer without a reply); GGUF_E_LIMIT (more runs than
- *         opts.max_runs, the count in the message); GGUF_E_INTERRUPTED; the
- *         forward's codes (GGUF_E_NOMEM, GGUF_E_BAD_TYPE).
+ *         opts.max_runs, the count in the message); GGUF_E_INTERRUPTED;
+ *         GGUF_E_OPTS_VERSION; the forward's codes (GGUF_E_NOMEM,
+ *         GGUF_E_BAD_TYPE).
  */
 int gguf_diagnose(gguf_diagnosis **out, const gguf_model *m, const gguf_diag_answer *answers,
                   int n_answers, const gguf_engine_tol *tol, const gguf_diag_opts *opts,

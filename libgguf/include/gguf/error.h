@@ -14,6 +14,7 @@
 
 #include "gguf/export.h"
 
+#include <signal.h>
 #include <stdint.h>
 
 GGUF_BEGIN_DECLS
@@ -45,10 +46,26 @@ typedef enum gguf_status {
     GGUF_E_NOT_GGUF      = -22, /* recognised as something else: empty, LFS pointer, HTML */
     GGUF_E_MISMATCH      = -23, /* verification found a difference */
     GGUF_E_BAD_VALUE     = -24, /* metadata present but inconsistent or out of range */
-    GGUF_E_STATUS_MIN    = -24
+    GGUF_E_OPTS_VERSION  = -25, /* an options struct's version this library does not know
+                                   (the caller was built against a newer header) */
+    GGUF_E_STATUS_MIN    = -25
 } gguf_status;
 
 #define GGUF_NO_OFFSET UINT64_MAX
+
+/*
+ * The one cancel-flag type of the library: a flag the caller's signal handler
+ * (SIGINT, SIGTERM) or another thread sets to non-zero, which long operations
+ * (digests, merges and splits, writers, records, outputs) poll; once it is set
+ * they stop at the next check, remove what they had begun and return
+ * GGUF_E_INTERRUPTED. The library only reads it; the caller owns it and keeps
+ * it alive for as long as an operation may poll it.
+ *
+ *     static gguf_cancel_flag interrupted;
+ *     static void on_signal(int sig) { (void)sig; interrupted = 1; }
+ *     ... opts.cancel = &interrupted;
+ */
+typedef volatile sig_atomic_t gguf_cancel_flag;
 
 typedef struct gguf_error {
     int code;            /* a gguf_status */

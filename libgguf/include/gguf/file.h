@@ -13,7 +13,7 @@
  * through the parts' split.no / split.count / split.tensors.count keys.
  *
  * Lifetimes: every pointer handed out (keys, strings, values, tensor infos,
- * tensor data) borrows from the file or set and stays valid until it is closed.
+ * tensor data) borrows from the file or set and stays valid until it is freed.
  * The library is little-endian only (x86-64, AArch64), as are GGUF files in use.
  *
  *   +------------------------------------------------------------+
@@ -116,8 +116,14 @@ enum {
 };
 
 typedef struct gguf_open_opts {
+    unsigned int version; /* GGUF_OPEN_OPTS_VERSION, or 0 for the same (see below) */
     uint32_t flags;
 } gguf_open_opts;
+/* The layout version of gguf_open_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_OPEN_OPTS_VERSION 1
+/* The defaults, version set: gguf_open_opts o = GGUF_OPEN_OPTS_INIT; */
+#define GGUF_OPEN_OPTS_INIT {.version = GGUF_OPEN_OPTS_VERSION}
 
 /*
  * Open and validate one file. opts may be NULL.
@@ -139,7 +145,7 @@ int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts
 int gguf_file_open_memory(gguf_file **out, const void *data, size_t size, const char *name,
                           const gguf_open_opts *opts, gguf_error *err);
 
-void gguf_file_close(gguf_file *f);
+void gguf_file_free(gguf_file *f);
 
 const char *gguf_file_path(const gguf_file *f);
 uint32_t gguf_file_version(const gguf_file *f);
@@ -193,7 +199,7 @@ bool gguf_str_eq(gguf_str s, const char *cstr);
  * @return 0, the codes of gguf_file_open for the failing part, GGUF_E_SPLIT.
  */
 int gguf_set_open(gguf_set **out, const char *path, const gguf_open_opts *opts, gguf_error *err);
-void gguf_set_close(gguf_set *s);
+void gguf_set_free(gguf_set *s);
 
 uint32_t gguf_set_part_count(const gguf_set *s);
 const gguf_file *gguf_set_part(const gguf_set *s, uint32_t i);

@@ -117,6 +117,7 @@ enum { GGUF_FWD_F32 = 0, GGUF_FWD_F64 = 1 };
 enum { GGUF_FWD_MLA_PLAIN = 0, GGUF_FWD_MLA_ABSORBED = 1 };
 
 typedef struct gguf_fwd_opts {
+    unsigned int version; /* GGUF_FWD_OPTS_VERSION, or 0 for the same (see below) */
     int precision;        /* GGUF_FWD_F32 (default) or GGUF_FWD_F64 */
     int mla_mode;         /* GGUF_FWD_MLA_PLAIN (default) or _ABSORBED */
     int n_threads;        /* threads for matmuls, attention heads and SwiGLU (a pool
@@ -130,6 +131,11 @@ typedef struct gguf_fwd_opts {
     gguf_fwd_capture_fn capture; /* optional */
     void *capture_user;
 } gguf_fwd_opts;
+/* The layout version of gguf_fwd_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_FWD_OPTS_VERSION 1
+/* The defaults, version set: gguf_fwd_opts o = GGUF_FWD_OPTS_INIT; */
+#define GGUF_FWD_OPTS_INIT {.version = GGUF_FWD_OPTS_VERSION}
 
 typedef struct gguf_fwd_ctx gguf_fwd_ctx;
 
@@ -254,14 +260,20 @@ int64_t gguf_fwd_argmax(const float *row, int64_t n);
 /* ---- vocabulary ---- */
 
 /*
+ * The vocabulary-only form of gguf_token_text (gguf/tokenize.h), for models
+ * whose tokenizer gguf_tokenizer_create cannot build: prefer gguf_token_text
+ * wherever a tokenizer exists (it applies llama.cpp's token types).
  * Write the text of token `id` of tokenizer.ggml.tokens in meta into buf
- * (size bytes, always NUL-terminated, truncated when too small). With
- * tokenizer.ggml.model "llama" (SentencePiece) U+2581 becomes a space and
- * <0xNN> becomes that byte; with "gpt2" the byte-level symbols become their
- * bytes. Control tokens (token_type 3) give "".
+ * (size bytes, always NUL-terminated, truncated when too small), decoded as
+ * the tokenizer decodes pieces (gguf_token_piece) but with the token types as
+ * the file has them: with tokenizer.ggml.model "llama" (SentencePiece) or
+ * "bert" a normal token's U+2581 becomes a space and a byte token <0xNN> that
+ * byte; with "gpt2" a normal token's byte-level symbols become their bytes;
+ * unknown and user-defined tokens give their text as it is; control tokens
+ * (token_type 3), unused ones and malformed byte tokens give "".
  * @return bytes written (excluding the NUL), or a negative gguf_status:
  *         GGUF_E_NOT_FOUND without a vocabulary, GGUF_E_INVALID for an id out
- *         of range.
+ *         of range, GGUF_E_NOMEM.
  */
 int gguf_fwd_token_text(const gguf_file *meta, int32_t id, char *buf, size_t size);
 /* tokenizer.ggml.bos_token_id / eos_token_id, or -1 when absent. */

@@ -105,11 +105,11 @@ typedef struct gguf_import_map gguf_import_map;
  *   npy-v2 twice; a variable bound twice); GGUF_E_LIMIT (map, line, entries
  *   or variables over the caps); GGUF_E_BAD_UTF8 (a NUL byte); GGUF_E_NOMEM.
  */
-int gguf_import_map_parse(gguf_import_map **out, const char *text, size_t len, const char *name,
-                          gguf_error *err);
+int gguf_import_map_open_memory(gguf_import_map **out, const char *text, size_t len, const char *name,
+                                gguf_error *err);
 /* Read a map file (at most GGUF_IMPORT_MAX_MAP bytes) and parse it.
- * @return the codes of gguf_import_map_parse; GGUF_E_NOT_FOUND; GGUF_E_IO. */
-int gguf_import_map_load(gguf_import_map **out, const char *path, gguf_error *err);
+ * @return the codes of gguf_import_map_open_memory; GGUF_E_NOT_FOUND; GGUF_E_IO. */
+int gguf_import_map_open(gguf_import_map **out, const char *path, gguf_error *err);
 void gguf_import_map_free(gguf_import_map *m); /* NULL is fine */
 
 const char *gguf_import_map_name(const gguf_import_map *m);
@@ -120,9 +120,15 @@ const char *gguf_import_map_backend(const gguf_import_map *m);
 /* ---- resolving a map against a dump, and writing the record ---- */
 
 typedef struct gguf_import_opts {
+    unsigned int version; /* GGUF_IMPORT_OPTS_VERSION, or 0 for the same (see below) */
     const gguf_import_layout *layout; /* NULL: each entry's layout from the map */
     bool v2_as_bf16;                  /* '<V2' .npy as bfloat16 (also the map's npy-v2) */
 } gguf_import_opts;
+/* The layout version of gguf_import_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_IMPORT_OPTS_VERSION 1
+/* The defaults, version set: gguf_import_opts o = GGUF_IMPORT_OPTS_INIT; */
+#define GGUF_IMPORT_OPTS_INIT {.version = GGUF_IMPORT_OPTS_VERSION}
 
 /* One capture the import will write. Strings borrow from the plan. */
 typedef struct gguf_import_item {

@@ -126,7 +126,7 @@ typedef struct gguf_kld_file gguf_kld_file;
 int gguf_kld_open(gguf_kld_file **out, const char *path, gguf_error *err);
 int gguf_kld_open_memory(gguf_kld_file **out, const void *data, size_t size, const char *name,
                          gguf_error *err);
-void gguf_kld_close(gguf_kld_file *f);
+void gguf_kld_free(gguf_kld_file *f);
 
 int32_t gguf_kld_n_ctx(const gguf_kld_file *f);
 int32_t gguf_kld_n_vocab(const gguf_kld_file *f);

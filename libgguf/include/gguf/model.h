@@ -64,6 +64,16 @@ typedef enum gguf_arch {
 const char *gguf_arch_name(gguf_arch arch);
 /* Architecture for a general.architecture string, or GGUF_ARCH_UNKNOWN. */
 gguf_arch gguf_arch_from_name(const char *name);
+/*
+ * The architecture whose tensor names and converter layouts a
+ * general.architecture string shares: gguf_arch_from_name's answer, or, for
+ * an architecture this library does not model but that llama.cpp converts
+ * with llama's converter (names, and attn_q/attn_k rows permuted per head:
+ * "mistral", "granite"), GGUF_ARCH_LLAMA. Tools that map tensor names (not
+ * the forward pass, which needs the hyper-parameters too) use this.
+ * @return the architecture, or GGUF_ARCH_UNKNOWN (also for NULL).
+ */
+gguf_arch gguf_arch_naming_from_name(const char *name);
 
 /*
  * Which elements of a head RoPE rotates together.

@@ -56,15 +56,15 @@ typedef struct gguf_npy_writer gguf_npy_writer;
  * tools that write .npy files always did).
  * @return 0; GGUF_E_INVALID (shape); the codes of gguf_output_create.
  */
-int gguf_npy_create_f32(gguf_npy_writer **out, const char *path, const int64_t *shape, int n_dims,
-                        const gguf_output_opts *opts, gguf_error *err);
+int gguf_npy_writer_create_f32(gguf_npy_writer **out, const char *path, const int64_t *shape,
+                               int n_dims, const gguf_output_opts *opts, gguf_error *err);
 /* Append n floats. @return 0; GGUF_E_INVALID past the shape; GGUF_E_IO/NOSPACE. */
-int gguf_npy_append_f32(gguf_npy_writer *w, const float *x, uint64_t n, gguf_error *err);
+int gguf_npy_writer_append_f32(gguf_npy_writer *w, const float *x, uint64_t n, gguf_error *err);
 /* @return 0; GGUF_E_INVALID when fewer elements than the shape arrived; the
  *         codes of gguf_output_commit. */
-int gguf_npy_commit(gguf_npy_writer *w, gguf_error *err);
+int gguf_npy_writer_commit(gguf_npy_writer *w, gguf_error *err);
 /* Before commit, removes the temporary file. NULL is fine. */
-void gguf_npy_free(gguf_npy_writer *w);
+void gguf_npy_writer_free(gguf_npy_writer *w);
 
 /* A whole [rows, cols] float32 matrix in one call. */
 int gguf_npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols,
@@ -89,8 +89,14 @@ const char *gguf_npy_dtype_name(gguf_npy_dtype d);
 bool gguf_npy_dtype_is_float(gguf_npy_dtype d);
 
 typedef struct gguf_npy_opts {
+    unsigned int version; /* GGUF_NPY_OPTS_VERSION, or 0 for the same (see below) */
     bool v2_as_bf16; /* read a 2-byte void descr ('<V2', '|V2') as bfloat16 */
 } gguf_npy_opts;
+/* The layout version of gguf_npy_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_NPY_OPTS_VERSION 1
+/* The defaults, version set: gguf_npy_opts o = GGUF_NPY_OPTS_INIT; */
+#define GGUF_NPY_OPTS_INIT {.version = GGUF_NPY_OPTS_VERSION}
 
 /* What the header says, validated. */
 typedef struct gguf_npy_info {
@@ -135,10 +141,10 @@ int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, g
 int gguf_npy_open_memory(gguf_npy **out, const void *data, size_t size, const char *name,
                          const gguf_npy_opts *opts, gguf_error *err);
 
-void gguf_npy_close(gguf_npy *a); /* NULL is fine */
+void gguf_npy_free(gguf_npy *a); /* NULL is fine */
 
 const char *gguf_npy_path(const gguf_npy *a);
-/* The validated header; borrowed until close. */
+/* The validated header; borrowed until gguf_npy_free. */
 const gguf_npy_info *gguf_npy_get_info(const gguf_npy *a);
 /* The raw data bytes (info->nbytes, unaligned, in the file's order). */
 const uint8_t *gguf_npy_data(const gguf_npy *a);

@@ -1,5 +1,6 @@
 /*
- * gguf/output.h - files that appear whole or not at all.
+ * gguf/output.h - files that appear whole or not at all (and small files
+ * read whole, at the end).
  *
  * Every file ggufkit writes (merged models, records, reports, .npy arrays,
  * manifests) goes through this: the bytes go to a temporary file beside the
@@ -31,14 +32,20 @@
 GGUF_BEGIN_DECLS
 
 typedef struct gguf_output_opts {
+    unsigned int version; /* GGUF_OUTPUT_OPTS_VERSION, or 0 for the same (see below) */
     bool overwrite; /* replace an existing file; default: GGUF_E_EXISTS at create
                        when the path exists, and at commit when one appeared */
     bool no_sync;   /* skip the fsyncs (scratch files nobody keeps) */
     /* Polled by commit after the fsync and before the rename: non-zero makes
      * it fail with GGUF_E_INTERRUPTED and leaves no output (a SIGINT during
      * the fsync of a large file must not let it appear). May be NULL. */
-    volatile sig_atomic_t *cancel;
+    const gguf_cancel_flag *cancel;
 } gguf_output_opts;
+/* The layout version of gguf_output_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_OUTPUT_OPTS_VERSION 1
+/* The defaults, version set: gguf_output_opts o = GGUF_OUTPUT_OPTS_INIT; */
+#define GGUF_OUTPUT_OPTS_INIT {.version = GGUF_OUTPUT_OPTS_VERSION}
 
 typedef struct gguf_output gguf_output;
 
@@ -90,6 +97,23 @@ int gguf_output_write_file(const char *path, const void *data, size_t n,
 /* fsync the folder that holds path (after a rename or unlink of its own);
  * best effort, @return 0 or -1 with errno. */
 int gguf_fsync_parent(const char *path);
+
+/* ---- the other way: small files read whole ---- */
+
+/*
+ * Read a whole file of at most max_bytes bytes (a config.json, an index, a
+ * prompts or token list) into memory. A regular file is sized first; any
+ * other readable file (a pipe, /dev/stdin, a process substitution) is read
+ * to its end. *out is malloc'd, NUL-terminated (the NUL not counted in
+ * *len; the text may hold NULs of its own) and owned by the caller (free());
+ * it is NULL on failure. len may be NULL.
+ * @return 0; GGUF_E_INVALID (NULL path or out); GGUF_E_NOT_FOUND (no such
+ *         file); GGUF_E_IO (cannot open or read it, a folder; err->sys_errno
+ *         says why); GGUF_E_LIMIT (longer than max_bytes); GGUF_E_NOMEM.
+ *         Messages name the path.
+ */
+int gguf_read_small_file(const char *path, size_t max_bytes, char **out, size_t *len,
+                         gguf_error *err);
 
 GGUF_END_DECLS
 #endif /* GGUF_OUTPUT_H */

@@ -93,13 +93,19 @@ typedef struct gguf_record_meta {
 typedef struct gguf_record_writer gguf_record_writer;
 
 typedef struct gguf_record_opts {
+    unsigned int version; /* GGUF_RECORD_OPTS_VERSION, or 0 for the same (see below) */
     bool zstd;            /* write a zstd frame around the GGUF (see above) */
     int zstd_level;       /* 0: 3 (activations are near-random floats: level 19 is ~200x
                            * slower and saves under 1%) */
     bool overwrite;       /* replace an existing output */
     bool no_sync;         /* skip fsync (tests, scratch files) */
-    volatile sig_atomic_t *cancel; /* non-zero makes the next call fail, GGUF_E_INTERRUPTED */
+    const gguf_cancel_flag *cancel; /* non-zero makes the next call fail, GGUF_E_INTERRUPTED */
 } gguf_record_opts;
+/* The layout version of gguf_record_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_RECORD_OPTS_VERSION 1
+/* The defaults, version set: gguf_record_opts o = GGUF_RECORD_OPTS_INIT; */
+#define GGUF_RECORD_OPTS_INIT {.version = GGUF_RECORD_OPTS_VERSION}
 
 /*
  * Start a record at path. meta is copied; opts may be NULL.
@@ -177,7 +183,7 @@ int gguf_record_open(gguf_record **out, const char *path, gguf_error *err);
 int gguf_record_open_memory(gguf_record **out, const void *data, size_t size, const char *name,
                             gguf_error *err);
 
-void gguf_record_close(gguf_record *r);
+void gguf_record_free(gguf_record *r);
 
 /* The file's path (or name) as given to open. */
 const char *gguf_record_path(const gguf_record *r);

@@ -26,6 +26,7 @@
 GGUF_BEGIN_DECLS
 
 typedef struct gguf_run_record_opts {
+    unsigned int version; /* GGUF_RUN_RECORD_OPTS_VERSION, or 0 for the same (see below) */
     bool zstd;                   /* a zstd frame around the record */
     bool no_sync;                /* scratch records: no fsync */
     int precision;               /* GGUF_FWD_F32 / _F64: record.precision */
@@ -36,6 +37,11 @@ typedef struct gguf_run_record_opts {
     const char *model_digest;    /* hex digest when known (NULL: computed from the set;
                                     "" to leave it empty) */
 } gguf_run_record_opts;
+/* The layout version of gguf_run_record_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_RUN_RECORD_OPTS_VERSION 1
+/* The defaults, version set: gguf_run_record_opts o = GGUF_RUN_RECORD_OPTS_INIT; */
+#define GGUF_RUN_RECORD_OPTS_INIT {.version = GGUF_RUN_RECORD_OPTS_VERSION}
 
 typedef struct gguf_recorder gguf_recorder;
 

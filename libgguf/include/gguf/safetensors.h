@@ -163,7 +163,7 @@ int gguf_st_file_open(gguf_st_file **out, const char *path, gguf_error *err);
 int gguf_st_file_open_memory(gguf_st_file **out, const void *data, size_t size,
                              const char *name, gguf_error *err);
 
-void gguf_st_file_close(gguf_st_file *f); /* NULL is fine */
+void gguf_st_file_free(gguf_st_file *f); /* NULL is fine */
 
 const char *gguf_st_file_path(const gguf_st_file *f);
 uint64_t gguf_st_file_size(const gguf_st_file *f);
@@ -218,7 +218,7 @@ typedef struct gguf_st_set gguf_st_set;
  *   GGUF_E_LIMIT      over GGUF_ST_MAX_FILES files or GGUF_ST_MAX_CONFIG bytes.
  */
 int gguf_st_set_open(gguf_st_set **out, const char *path, gguf_error *err);
-void gguf_st_set_close(gguf_st_set *s); /* NULL is fine */
+void gguf_st_set_free(gguf_st_set *s); /* NULL is fine */
 
 /* The path given to open, and the folder the files are in. */
 const char *gguf_st_set_path(const gguf_st_set *s);

@@ -107,6 +107,7 @@ typedef struct gguf_serve_model {
 } gguf_serve_model;
 
 typedef struct gguf_serve_opts {
+    unsigned int version; /* GGUF_SERVE_OPTS_VERSION, or 0 for the same (see below) */
     const char *model_name; /* the id /v1/models lists and requests may name
                                (required; copied) */
     const char *api_key;    /* required as "Authorization: Bearer KEY" on every
@@ -122,6 +123,11 @@ typedef struct gguf_serve_opts {
     unsigned quirks;        /* GGUF_SERVE_QUIRK_* bits: an engine's known bugs, played on
                                purpose (clients' tests); 0: none */
 } gguf_serve_opts;
+/* The layout version of gguf_serve_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_SERVE_OPTS_VERSION 1
+/* The defaults, version set: gguf_serve_opts o = GGUF_SERVE_OPTS_INIT; */
+#define GGUF_SERVE_OPTS_INIT {.version = GGUF_SERVE_OPTS_VERSION}
 
 /* llama-server before its PEG chat parser degraded gracefully (llama.cpp issue
  * 27543): a /completion whose generated text is not valid UTF-8 answers HTTP

@@ -158,11 +158,17 @@ typedef struct gguf_shard_runtime {
 } gguf_shard_runtime;
 
 typedef struct gguf_shard_opts {
+    unsigned int version; /* GGUF_SHARD_OPTS_VERSION, or 0 for the same (see below) */
     int tp;                /* tensor-parallel ranks, >= 1 */
     int ep;                /* expert-parallel size; 0 or 1: experts not split by expert */
     gguf_engine engine;
     int vocab_pad;         /* vocab padding multiple; 0: the engine's (64 for both) */
 } gguf_shard_opts;
+/* The layout version of gguf_shard_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_SHARD_OPTS_VERSION 1
+/* The defaults, version set: gguf_shard_opts o = GGUF_SHARD_OPTS_INIT; */
+#define GGUF_SHARD_OPTS_INIT {.version = GGUF_SHARD_OPTS_VERSION}
 
 typedef struct gguf_shard_plan gguf_shard_plan;
 
@@ -173,8 +179,8 @@ typedef struct gguf_shard_plan gguf_shard_plan;
  * @return 0; GGUF_E_INVALID (tp < 1 or > 4096, ep < 0, ep > number of
  *         experts, unknown engine); GGUF_E_NOMEM.
  */
-int gguf_shard_plan_build(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
-                          gguf_error *err);
+int gguf_shard_plan_create(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
+                           gguf_error *err);
 void gguf_shard_plan_free(gguf_shard_plan *p);
 
 const gguf_model *gguf_shard_plan_model(const gguf_shard_plan *p);

@@ -11,7 +11,7 @@
  *      (truncated downloads, Git LFS pointers and HTML pages are named as such),
  *      split.no / split.count / split.tensors.count consistent, versions and
  *      alignments equal, no tensor name twice;
- *   2. make a plan: gguf_merge_plan() or gguf_split_plan_make(). A plan lists
+ *   2. make a plan: gguf_merge_plan() or gguf_split_plan_create(). A plan lists
  *      every output file with its tensors and its exact size in bytes, headers
  *      and alignment padding included (so a size limit is a hard limit);
  *   3. gguf_split_execute(): checks the outputs (refuses an existing path unless
@@ -138,6 +138,7 @@ typedef struct gguf_split_limits {
 #define GGUF_LAYOUT_BLOCK_MAX (16u << 20)
 
 typedef struct gguf_merge_opts {
+    unsigned int version; /* GGUF_MERGE_OPTS_VERSION, or 0 for the same (see below) */
     gguf_merge_layout layout;
     /* ALIGNED: the block to keep offsets modulo, a power of two up to
      * GGUF_LAYOUT_BLOCK_MAX; 0: GGUF_LAYOUT_BLOCK_DEFAULT, or the f_bsize of
@@ -145,6 +146,11 @@ typedef struct gguf_merge_opts {
      * least 4096 and the alignment. */
     uint32_t block;
 } gguf_merge_opts;
+/* The layout version of gguf_merge_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_MERGE_OPTS_VERSION 1
+/* The defaults, version set: gguf_merge_opts o = GGUF_MERGE_OPTS_INIT; */
+#define GGUF_MERGE_OPTS_INIT {.version = GGUF_MERGE_OPTS_VERSION}
 
 /*
  * Plan the merge of `in` into the single file `output`; opts may be NULL
@@ -173,8 +179,8 @@ const char *gguf_merge_layout_name(gguf_merge_layout layout);
  *         not fit max_size; more than 65535 parts; the names are too long);
  *         GGUF_E_NOMEM; GGUF_E_OVERFLOW; GGUF_E_INVALID.
  */
-int gguf_split_plan_make(gguf_split_plan **out, const gguf_set *in, const char *prefix,
-                         const gguf_split_limits *lim, gguf_error *err);
+int gguf_split_plan_create(gguf_split_plan **out, const gguf_set *in, const char *prefix,
+                           const gguf_split_limits *lim, gguf_error *err);
 
 void gguf_split_plan_free(gguf_split_plan *p);
 
@@ -208,6 +214,7 @@ enum { GGUF_SPLIT_PHASE_COPY = 0, GGUF_SPLIT_PHASE_VERIFY = 1 };
 typedef void (*gguf_split_progress_fn)(void *ctx, int phase, uint64_t done, uint64_t total);
 
 typedef struct gguf_split_job_opts {
+    unsigned int version; /* GGUF_SPLIT_JOB_OPTS_VERSION, or 0 for the same (see below) */
     bool overwrite;      /* replace existing outputs (never an input) */
     bool no_sync;        /* skip fsync (scratch files, tests) */
     bool verify;         /* after writing: every tensor's digest equals its input's (inputs
@@ -218,10 +225,15 @@ typedef struct gguf_split_job_opts {
     int n_threads;       /* digest threads; 0: one per usable CPU */
     /* Polled throughout; non-zero makes the call fail with GGUF_E_INTERRUPTED.
      * Set it from a SIGINT/SIGTERM handler. */
-    volatile sig_atomic_t *cancel;
+    const gguf_cancel_flag *cancel;
     gguf_split_progress_fn progress; /* may be NULL */
     void *progress_ctx;
 } gguf_split_job_opts;
+/* The layout version of gguf_split_job_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_SPLIT_JOB_OPTS_VERSION 1
+/* The defaults, version set: gguf_split_job_opts o = GGUF_SPLIT_JOB_OPTS_INIT; */
+#define GGUF_SPLIT_JOB_OPTS_INIT {.version = GGUF_SPLIT_JOB_OPTS_VERSION}
 
 /* What an execution did; free with gguf_split_report_free. */
 typedef struct gguf_split_report {

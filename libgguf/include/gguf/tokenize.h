@@ -72,7 +72,7 @@ enum {
  * .add_eos_token, .add_sep_token, .add_space_prefix, and general.name (one
  * llama.cpp rule keys on it: phi-3's special tokens eat the whitespace after
  * them). A vocabulary-only file (no tensors) is a valid model.
- * The tokenizer borrows token texts from the set: free it before closing it.
+ * The tokenizer borrows token texts from the set: free it before the set.
  * @return 0; GGUF_E_INVALID (NULL argument); GGUF_E_NOT_FOUND (no tokens, or
  *         no merges for "gpt2"); GGUF_E_UNSUPPORTED (tokenizer.ggml.model or
  *         .pre is a value this library does not know: the message names it and
@@ -92,11 +92,19 @@ void gguf_tokenizer_free(gguf_tokenizer *tok);
 #define GGUF_TOK_AUTO (-1)
 
 typedef struct gguf_tokenize_opts {
+    unsigned int version; /* GGUF_TOKENIZE_OPTS_VERSION, or 0 for the same (see below) */
     int add_bos;        /* GGUF_TOK_AUTO (default), 0 never, 1 always */
     int add_eos;        /* the same for the closing token: EOS, or SEP for "bert" */
     bool parse_special; /* control and unknown tokens written in the text become
                            their ids (default true); user-defined ones always do */
 } gguf_tokenize_opts;
+/* The layout version of gguf_tokenize_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_TOKENIZE_OPTS_VERSION 1
+/* The defaults, version set: gguf_tokenize_opts o = GGUF_TOKENIZE_OPTS_INIT; */
+#define GGUF_TOKENIZE_OPTS_INIT                                                             \
+    {.version = GGUF_TOKENIZE_OPTS_VERSION, .add_bos = GGUF_TOK_AUTO, .add_eos = GGUF_TOK_AUTO, \
+     .parse_special = true}
 
 /* The defaults: {GGUF_TOK_AUTO, GGUF_TOK_AUTO, true}. */
 void gguf_tokenize_opts_init(gguf_tokenize_opts *opts);
@@ -137,12 +145,29 @@ int gguf_tokenize(const gguf_tokenizer *tok, const char *text, size_t len, bool 
 int gguf_token_piece(const gguf_tokenizer *tok, int32_t id, bool special, const char **piece,
                      size_t *len);
 
+/*
+ * gguf_token_piece (special tokens hidden) copied into buf as a C string:
+ * size bytes at most, always NUL-terminated, cut short (possibly inside a
+ * UTF-8 character) when the piece does not fit. For printing one token of a
+ * decode; for a whole text use gguf_detokenize.
+ * @return the bytes written, excluding the NUL (0 for control, unknown and
+ *         unused tokens); GGUF_E_INVALID (NULL tok or buf, size 0, or id
+ *         outside the vocabulary; buf, when given, then holds "").
+ */
+int gguf_token_text(const gguf_tokenizer *tok, int32_t id, char *buf, size_t size);
+
 typedef struct gguf_detokenize_opts {
+    unsigned int version; /* GGUF_DETOKENIZE_OPTS_VERSION, or 0 for the same (see below) */
     bool special;      /* show control and unknown tokens' text (default false) */
     bool keep_prefix;  /* SPM: keep the " " the tokenizer put before the text;
                           default false: a leading ' ' of the first token's piece
                           is dropped when add_space_prefix is on, as llama.cpp does */
 } gguf_detokenize_opts;
+/* The layout version of gguf_detokenize_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_DETOKENIZE_OPTS_VERSION 1
+/* The defaults, version set: gguf_detokenize_opts o = GGUF_DETOKENIZE_OPTS_INIT; */
+#define GGUF_DETOKENIZE_OPTS_INIT {.version = GGUF_DETOKENIZE_OPTS_VERSION}
 
 /*
  * The text of n ids: their pieces, concatenated (nothing cleaned up, so that

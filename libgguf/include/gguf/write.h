@@ -36,14 +36,20 @@ GGUF_BEGIN_DECLS
 typedef struct gguf_writer gguf_writer;
 
 typedef struct gguf_writer_opts {
-    uint32_t version;      /* 2 or 3; 0 means 3 */
+    unsigned int version; /* GGUF_WRITER_OPTS_VERSION, or 0 for the same (see below) */
+    uint32_t gguf_version; /* the GGUF version written, 2 or 3; 0 means 3 */
     uint32_t alignment;    /* 0: general.alignment if added, else 32 */
     bool overwrite;        /* replace an existing output */
     bool no_sync;          /* skip fsync (tests, scratch files) */
     /* Polled during long writes; non-zero makes the next call fail with
      * GGUF_E_INTERRUPTED (set it from a SIGINT/SIGTERM handler). */
-    volatile sig_atomic_t *cancel;
+    const gguf_cancel_flag *cancel;
 } gguf_writer_opts;
+/* The layout version of gguf_writer_opts: the library refuses a larger one with
+ * GGUF_E_OPTS_VERSION (docs/conventions.md, "Options structs"). */
+#define GGUF_WRITER_OPTS_VERSION 1
+/* The defaults, version set: gguf_writer_opts o = GGUF_WRITER_OPTS_INIT; */
+#define GGUF_WRITER_OPTS_INIT {.version = GGUF_WRITER_OPTS_VERSION}
 
 /*
  * @return 0; GGUF_E_EXISTS if path exists and !overwrite; GGUF_E_IO.

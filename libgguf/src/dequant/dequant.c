@@ -470,6 +470,9 @@ int gguf_dequant_rows(uint32_t type, const void *src, uint64_t src_row_stride, f
                       int64_t ne0, int64_t n_rows, const gguf_dequant_opts *opts,
                       gguf_error *err)
 {
+    if (opts && opts->version > GGUF_DEQUANT_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_DEQUANT_OPTS_VERSION, "gguf_dequant_opts",
+                                      err);
     gguf_dequant_fn fn = NULL;
     int64_t nb = 0;
     int rc = pick_kernel(opts ? opts->path : GGUF_DEQUANT_AUTO, type, &fn, err);
@@ -506,6 +509,9 @@ int gguf_dequant_slice(uint32_t type, const void *tensor_data, int64_t ne0,
                        int64_t n_cols, float *dst, const gguf_dequant_opts *opts,
                        gguf_error *err)
 {
+    if (opts && opts->version > GGUF_DEQUANT_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_DEQUANT_OPTS_VERSION, "gguf_dequant_opts",
+                                      err);
     gguf_dequant_fn fn = NULL;
     int64_t nb;
     int rc = pick_kernel(opts ? opts->path : GGUF_DEQUANT_AUTO, type, &fn, err);

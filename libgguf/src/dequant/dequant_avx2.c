@@ -633,8 +633,7 @@ AVX2 static void k_iq1_m(const uint8_t *s, float *y, int64_t nb)
         uint16_t sc[4];
         for (int k = 0; k < 4; k++)
             sc[k] = gguf_rd_u16(scp + 2 * k);
-        const float d = gguf_fp16_to_fp32((uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                                     ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
+        const float d = gguf_fp16_to_fp32(gguf_iq1m_d_bits(scp));
         for (int ib = 0; ib < 8; ib++) {
             const int sv = sc[ib / 2] >> (6 * (ib % 2));
             const __m256 dl[2] = {_mm256_set1_ps(d * (float)(2 * (sv & 7) + 1)),

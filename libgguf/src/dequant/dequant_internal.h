@@ -29,6 +29,14 @@ static inline float gguf_rd_f16(const uint8_t *p)
 {
     return gguf_fp16_to_fp32(gguf_rd_u16(p));
 }
+/* IQ1_M's f16 super-block scale: nibble k of d is the top nibble of the k-th
+ * little-endian uint16 of scales[8] (the low bits hold the sub-block scales). */
+static inline uint16_t gguf_iq1m_d_bits(const uint8_t *scales)
+{
+    const uint16_t s0 = gguf_rd_u16(scales), s1 = gguf_rd_u16(scales + 2);
+    const uint16_t s2 = gguf_rd_u16(scales + 4), s3 = gguf_rd_u16(scales + 6);
+    return (uint16_t)((s0 >> 12) | ((s1 >> 8) & 0x00F0) | ((s2 >> 4) & 0x0F00) | (s3 & 0xF000));
+}
 static inline float gguf_bits_to_f32(uint32_t u)
 {
     float f;

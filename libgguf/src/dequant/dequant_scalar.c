@@ -559,9 +559,7 @@ static void dq_iq1_m(const uint8_t *s, float *y, int64_t nb)
         for (int k = 0; k < 4; k++)
             sc[k] = gguf_rd_u16(scp + 2 * k);
         /* the f16 scale: top nibble of sc[k] is nibble k of d */
-        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-        const float d = gguf_fp16_to_fp32(dbits);
+        const float d = gguf_fp16_to_fp32(gguf_iq1m_d_bits(scp));
         for (int ib = 0; ib < 8; ib++) {
             const int sv = sc[ib / 2] >> (6 * (ib % 2));
             const float dl[2] = {d * (float)(2 * (sv & 7) + 1), d * (float)(2 * ((sv >> 3) & 7) + 1)};

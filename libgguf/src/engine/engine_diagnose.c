@@ -36,7 +36,7 @@ static int faulty_plan(gguf_shard_plan **out, const gguf_model *m, const gguf_di
                        int ep, gguf_fault f, int64_t layer, gguf_error *err)
 {
     gguf_shard_opts so = {.tp = tp, .ep = ep, .engine = o->engine};
-    int rc = gguf_shard_plan_build(out, m, &so, err);
+    int rc = gguf_shard_plan_create(out, m, &so, err);
     if (!rc && f != GGUF_FAULT_NONE)
         rc = gguf_shard_apply_fault(*out, f, layer, err);
     if (rc) {
@@ -62,6 +62,8 @@ static int tp_sizes(const gguf_model *m, const gguf_diag_opts *o, int *tps, int 
 {
     static const int automatic[] = {1, 2, 4, 8};
     *n = 0;
+    if (o->version > GGUF_DIAG_OPTS_VERSION)
+        return gguf_opts_version_fail(o->version, GGUF_DIAG_OPTS_VERSION, "gguf_diag_opts", err);
     if (o->n_tp < 0 || o->n_tp > GGUF_DIAG_MAX_TP || o->ep < 0)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "diagnose: bad tp or ep options");
     const int given = o->n_tp > 0;
@@ -430,6 +432,8 @@ int gguf_diagnose(gguf_diagnosis **out, const gguf_model *m, const gguf_diag_ans
                   gguf_error *err)
 {
     *out = NULL;
+    if (opts && opts->version > GGUF_DIAG_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_DIAG_OPTS_VERSION, "gguf_diag_opts", err);
     if (!m || !answers || n_answers < 1 || !tol || !opts)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "diagnose: nothing to diagnose");
     for (int i = 0; i < n_answers; i++)

@@ -19,6 +19,11 @@ static char *dup_str(const char *s)
 int gguf_serve_create(gguf_serve **out, const gguf_serve_model *model,
                       const gguf_serve_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_SERVE_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_SERVE_OPTS_VERSION, "gguf_serve_opts", err);
+    }
     if (!out || !model || !opts)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_serve_create: NULL argument");
     *out = NULL;

@@ -546,6 +546,11 @@ static gguf_file *file_new(const char *path)
 int gguf_file_open_memory(gguf_file **out, const void *data, size_t size, const char *name,
                           const gguf_open_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OPEN_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_OPEN_OPTS_VERSION, "gguf_open_opts", err);
+    }
     (void)opts;
     gguf_error_clear(err);
     if (!out || (!data && size))
@@ -559,7 +564,7 @@ int gguf_file_open_memory(gguf_file **out, const void *data, size_t size, const 
     f->size = size;
     int rc = parse_all(f, err);
     if (rc) {
-        gguf_file_close(f);
+        gguf_file_free(f);
         return rc;
     }
     *out = f;
@@ -569,6 +574,11 @@ int gguf_file_open_memory(gguf_file **out, const void *data, size_t size, const 
 int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts,
                    gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OPEN_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_OPEN_OPTS_VERSION, "gguf_open_opts", err);
+    }
     (void)opts;
     gguf_error_clear(err);
     if (!out || !path)
@@ -621,11 +631,11 @@ int gguf_file_open(gguf_file **out, const char *path, const gguf_open_opts *opts
     *out = f;
     return GGUF_OK;
 fail:
-    gguf_file_close(f);
+    gguf_file_free(f);
     return rc;
 }
 
-void gguf_file_close(gguf_file *f)
+void gguf_file_free(gguf_file *f)
 {
     if (!f)
         return;

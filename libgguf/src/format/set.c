@@ -170,6 +170,11 @@ static int build_set(gguf_set *s, gguf_error *err)
 
 int gguf_set_open(gguf_set **out, const char *path, const gguf_open_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OPEN_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_OPEN_OPTS_VERSION, "gguf_open_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !path)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_set_open: bad args");
@@ -249,19 +254,19 @@ done:
     free(prefix);
     free(name);
     if (rc) {
-        gguf_set_close(s);
+        gguf_set_free(s);
         return rc;
     }
     *out = s;
     return GGUF_OK;
 }
 
-void gguf_set_close(gguf_set *s)
+void gguf_set_free(gguf_set *s)
 {
     if (!s)
         return;
     for (uint32_t i = 0; i < s->n_parts; i++)
-        gguf_file_close(s->parts[i]);
+        gguf_file_free(s->parts[i]);
     free(s->parts);
     free(s->tensors);
     gguf_name_index_free(&s->index);

@@ -160,6 +160,11 @@ static bool fs_is_local(const struct statfs *sf)
 int gguf_writer_create(gguf_writer **out, const char *path, const gguf_writer_opts *opts,
                        gguf_error *err)
 {
+    if (opts && opts->version > GGUF_WRITER_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_WRITER_OPTS_VERSION, "gguf_writer_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !path || !*path)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_writer_create: bad args");
@@ -170,12 +175,12 @@ int gguf_writer_create(gguf_writer **out, const char *path, const gguf_writer_op
     w->fd = -1;
     if (opts)
         w->opts = *opts;
-    if (!w->opts.version)
-        w->opts.version = 3;
+    if (!w->opts.gguf_version)
+        w->opts.gguf_version = 3;
     int rc = GGUF_OK;
-    if (w->opts.version != 2 && w->opts.version != 3) {
+    if (w->opts.gguf_version != 2 && w->opts.gguf_version != 3) {
         rc = gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "%s: cannot write GGUF version %u",
-                       path, w->opts.version);
+                       path, w->opts.gguf_version);
         goto fail;
     }
     w->alignment = w->opts.alignment ? w->opts.alignment : GGUF_DEFAULT_ALIGNMENT;
@@ -562,7 +567,7 @@ int gguf_writer_write_header(gguf_writer *w, gguf_error *err)
     bytes h = {0};
     int rc = bytes_put(&h, "GGUF", 4);
     if (!rc)
-        rc = put_u32(&h, w->opts.version);
+        rc = put_u32(&h, w->opts.gguf_version);
     if (!rc)
         rc = put_u64(&h, w->n_tensors);
     if (!rc)

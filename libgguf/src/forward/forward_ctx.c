@@ -57,6 +57,11 @@ static const gguf_fwd_backend cpu_hf_backend = {"cpu-hf", cpu_eval, cpu_n_past, 
 int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_opts *opts,
                         gguf_error *err)
 {
+    if (opts && opts->version > GGUF_FWD_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_FWD_OPTS_VERSION, "gguf_fwd_opts", err);
+    }
     if (!out)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "forward: NULL out");
     *out = NULL;
@@ -71,6 +76,11 @@ int gguf_fwd_ctx_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_fwd_
 int gguf_fwd_tp_create(gguf_fwd_ctx **out, const gguf_model *m, const gguf_shard_plan *plan,
                        const gguf_fwd_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_FWD_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_FWD_OPTS_VERSION, "gguf_fwd_opts", err);
+    }
     if (!out)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "forward: NULL out");
     *out = NULL;

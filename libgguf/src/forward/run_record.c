@@ -36,6 +36,8 @@ int gguf_recorder_create(gguf_recorder **out, gguf_fwd_ctx *ctx, const gguf_set 
                          const gguf_run_record_opts *opts, gguf_error *err)
 {
     *out = NULL;
+    if (opts && opts->version > GGUF_RUN_RECORD_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_RUN_RECORD_OPTS_VERSION, "gguf_run_record_opts", err);
     gguf_run_record_opts o = {0};
     if (opts)
         o = *opts;
@@ -121,6 +123,9 @@ int gguf_run_record(gguf_fwd_ctx *ctx, const gguf_set *set, const int32_t *token
                     int64_t n_tokens, const char *path, const gguf_run_record_opts *opts,
                     gguf_error *err)
 {
+    if (opts && opts->version > GGUF_RUN_RECORD_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_RUN_RECORD_OPTS_VERSION, "gguf_run_record_opts",
+                                      err);
     gguf_recorder *r = NULL;
     int rc = gguf_recorder_create(&r, ctx, set, tokens, n_tokens, path, opts, err);
     if (!rc)

@@ -502,12 +502,12 @@ void gguf_import_map_free(gguf_import_map *m)
     free(m);
 }
 
-int gguf_import_map_parse(gguf_import_map **out, const char *text, size_t len, const char *name,
-                          gguf_error *err)
+int gguf_import_map_open_memory(gguf_import_map **out, const char *text, size_t len, const char *name,
+                                gguf_error *err)
 {
     gguf_error_clear(err);
     if (!out || (!text && len))
-        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_import_map_parse: NULL");
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_import_map_open_memory: NULL");
     *out = NULL;
     if (!name)
         name = "<map>";
@@ -573,11 +573,11 @@ int gguf_import_map_parse(gguf_import_map **out, const char *text, size_t len, c
     return 0;
 }
 
-int gguf_import_map_load(gguf_import_map **out, const char *path, gguf_error *err)
+int gguf_import_map_open(gguf_import_map **out, const char *path, gguf_error *err)
 {
     gguf_error_clear(err);
     if (!out || !path)
-        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_import_map_load: NULL");
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_import_map_open: NULL");
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -598,7 +598,7 @@ int gguf_import_map_load(gguf_import_map **out, const char *path, gguf_error *er
         rc = gguf_fail(err, GGUF_E_LIMIT, GGUF_NO_OFFSET, "%s: over %u bytes", path,
                        GGUF_IMPORT_MAX_MAP);
     else
-        rc = gguf_import_map_parse(out, buf, n, path, err);
+        rc = gguf_import_map_open_memory(out, buf, n, path, err);
     free(buf);
     return rc;
 }

@@ -88,8 +88,8 @@ static int plan_file(gguf_import_plan *p, const char *path, int64_t *idx, gguf_e
     if (rc)
         return rc;
     if (!(f->path = strdup(path))) {
-        gguf_npy_close(f->npy);
-        gguf_st_file_close(f->st);
+        gguf_npy_free(f->npy);
+        gguf_st_file_free(f->st);
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
     }
     struct stat sb;
@@ -460,8 +460,8 @@ void gguf_import_plan_free(gguf_import_plan *p)
     if (!p)
         return;
     for (int64_t i = 0; i < p->n_files; i++) {
-        gguf_npy_close(p->files[i].npy);
-        gguf_st_file_close(p->files[i].st);
+        gguf_npy_free(p->files[i].npy);
+        gguf_st_file_free(p->files[i].st);
         free(p->files[i].path);
     }
     free(p->files);
@@ -474,6 +474,11 @@ void gguf_import_plan_free(gguf_import_plan *p)
 int gguf_import_resolve(gguf_import_plan **out, const gguf_import_map *map, const char *dir,
                         const gguf_import_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_IMPORT_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_IMPORT_OPTS_VERSION, "gguf_import_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !map || !dir)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_import_resolve: NULL");
@@ -623,6 +628,9 @@ int gguf_import_plan_write(const gguf_import_plan *p, const char *path,
                            const gguf_record_meta *meta, const gguf_record_opts *opts,
                            gguf_error *err)
 {
+    if (opts && opts->version > GGUF_RECORD_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_RECORD_OPTS_VERSION, "gguf_record_opts",
+                                      err);
     gguf_error_clear(err);
     if (!p || !path || !meta)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_import_plan_write: NULL");

@@ -107,6 +107,8 @@ int gguf_kld_writer_create(gguf_kld_writer **out, const char *path, int32_t n_ct
                            const gguf_output_opts *opts, gguf_error *err)
 {
     *out = NULL;
+    if (opts && opts->version > GGUF_OUTPUT_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_OUTPUT_OPTS_VERSION, "gguf_output_opts", err);
     if (n_ctx < 2 || n_vocab < 1 || n_chunk < 1 || !tokens)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                          "%s: n_ctx %d, n_vocab %d, n_chunk %d: need n_ctx >= 2 and one chunk",
@@ -298,7 +300,7 @@ int gguf_kld_open_memory(gguf_kld_file **out, const void *data, size_t size, con
     f->size = data ? size : 0;
     int rc = parse(f, name ? name : "(memory)", err);
     if (rc) {
-        gguf_kld_close(f);
+        gguf_kld_free(f);
         return rc;
     }
     *out = f;
@@ -342,14 +344,14 @@ int gguf_kld_open(gguf_kld_file **out, const char *path, gguf_error *err)
     f->size = (size_t)st.st_size;
     int rc = parse(f, path, err);
     if (rc) {
-        gguf_kld_close(f);
+        gguf_kld_free(f);
         return rc;
     }
     *out = f;
     return 0;
 }
 
-void gguf_kld_close(gguf_kld_file *f)
+void gguf_kld_free(gguf_kld_file *f)
 {
     if (!f)
         return;

@@ -11,10 +11,12 @@ struct gguf_npy_writer {
     uint64_t want, got;
 };
 
-int gguf_npy_create_f32(gguf_npy_writer **out, const char *path, const int64_t *shape, int n_dims,
-                        const gguf_output_opts *opts, gguf_error *err)
+int gguf_npy_writer_create_f32(gguf_npy_writer **out, const char *path, const int64_t *shape,
+                               int n_dims, const gguf_output_opts *opts, gguf_error *err)
 {
     *out = NULL;
+    if (opts && opts->version > GGUF_OUTPUT_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_OUTPUT_OPTS_VERSION, "gguf_output_opts", err);
     if (n_dims < 1 || n_dims > GGUF_NPY_MAX_DIMS)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "%s: .npy with %d dimensions", path,
                          n_dims);
@@ -51,14 +53,14 @@ int gguf_npy_create_f32(gguf_npy_writer **out, const char *path, const int64_t *
     hdr[10 + (size_t)k + pad] = '\n';
     rc = gguf_output_write(w->out, hdr, 10 + hlen, err);
     if (rc) {
-        gguf_npy_free(w);
+        gguf_npy_writer_free(w);
         return rc;
     }
     *out = w;
     return 0;
 }
 
-int gguf_npy_append_f32(gguf_npy_writer *w, const float *x, uint64_t n, gguf_error *err)
+int gguf_npy_writer_append_f32(gguf_npy_writer *w, const float *x, uint64_t n, gguf_error *err)
 {
     if (n > w->want - w->got)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "%s: more values than its shape",
@@ -67,7 +69,7 @@ int gguf_npy_append_f32(gguf_npy_writer *w, const float *x, uint64_t n, gguf_err
     return gguf_output_write(w->out, x, (size_t)n * sizeof(float), err);
 }
 
-int gguf_npy_commit(gguf_npy_writer *w, gguf_error *err)
+int gguf_npy_writer_commit(gguf_npy_writer *w, gguf_error *err)
 {
     if (w->got != w->want)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
@@ -76,7 +78,7 @@ int gguf_npy_commit(gguf_npy_writer *w, gguf_error *err)
     return gguf_output_commit(w->out, err);
 }
 
-void gguf_npy_free(gguf_npy_writer *w)
+void gguf_npy_writer_free(gguf_npy_writer *w)
 {
     if (!w)
         return;
@@ -89,11 +91,11 @@ int gguf_npy_write_f32(const char *path, const float *data, int64_t rows, int64_
 {
     const int64_t shape[2] = {rows, cols};
     gguf_npy_writer *w = NULL;
-    int rc = gguf_npy_create_f32(&w, path, shape, 2, NULL, err);
+    int rc = gguf_npy_writer_create_f32(&w, path, shape, 2, NULL, err);
     if (!rc)
-        rc = gguf_npy_append_f32(w, data, (uint64_t)(rows * cols), err);
+        rc = gguf_npy_writer_append_f32(w, data, (uint64_t)(rows * cols), err);
     if (!rc)
-        rc = gguf_npy_commit(w, err);
-    gguf_npy_free(w);
+        rc = gguf_npy_writer_commit(w, err);
+    gguf_npy_writer_free(w);
     return rc;
 }

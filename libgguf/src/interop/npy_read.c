@@ -352,7 +352,7 @@ static int finish_open(gguf_npy *a, gguf_npy **out, const gguf_npy_opts *opts, g
 {
     const int rc = parse_file(a, opts, err);
     if (rc) {
-        gguf_npy_close(a);
+        gguf_npy_free(a);
         return rc;
     }
     *out = a;
@@ -362,6 +362,11 @@ static int finish_open(gguf_npy *a, gguf_npy **out, const gguf_npy_opts *opts, g
 int gguf_npy_open_memory(gguf_npy **out, const void *data, size_t size, const char *name,
                          const gguf_npy_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_NPY_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_NPY_OPTS_VERSION, "gguf_npy_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || (!data && size))
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_npy_open_memory: NULL");
@@ -377,6 +382,11 @@ int gguf_npy_open_memory(gguf_npy **out, const void *data, size_t size, const ch
 
 int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_NPY_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_NPY_OPTS_VERSION, "gguf_npy_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !path)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_npy_open: NULL");
@@ -408,7 +418,7 @@ int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, g
         if (m == MAP_FAILED) {
             const int e = errno;
             close(fd);
-            gguf_npy_close(a);
+            gguf_npy_free(a);
             return gguf_fail_errno(err, e == ENOMEM ? GGUF_E_NOMEM : GGUF_E_IO, e, "%s: mmap",
                                    path);
         }
@@ -419,7 +429,7 @@ int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, g
     return finish_open(a, out, opts, err);
 }
 
-void gguf_npy_close(gguf_npy *a)
+void gguf_npy_free(gguf_npy *a)
 {
     if (!a)
         return;

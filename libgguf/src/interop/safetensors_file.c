@@ -358,7 +358,7 @@ done:
     return rc;
 }
 
-void gguf_st_file_close(gguf_st_file *f)
+void gguf_st_file_free(gguf_st_file *f)
 {
     if (!f)
         return;
@@ -378,7 +378,7 @@ static int finish_open(gguf_st_file *f, gguf_st_file **out, gguf_error *err)
 {
     const int rc = parse_header(f, err);
     if (rc) {
-        gguf_st_file_close(f);
+        gguf_st_file_free(f);
         return rc;
     }
     *out = f;
@@ -435,7 +435,7 @@ int gguf_st_file_open(gguf_st_file **out, const char *path, gguf_error *err)
         if (m == MAP_FAILED) {
             const int e = errno;
             close(fd);
-            gguf_st_file_close(f);
+            gguf_st_file_free(f);
             return gguf_fail_errno(err, e == ENOMEM ? GGUF_E_NOMEM : GGUF_E_IO, e, "%s: mmap",
                                    path);
         }

@@ -392,12 +392,12 @@ done:
 
 /* ---- the set ---- */
 
-void gguf_st_set_close(gguf_st_set *s)
+void gguf_st_set_free(gguf_st_set *s)
 {
     if (!s)
         return;
     for (uint32_t i = 0; i < s->n_files; i++)
-        gguf_st_file_close(s->files[i]);
+        gguf_st_file_free(s->files[i]);
     free(s->files);
     free(s->by_name);
     free(s->path);
@@ -464,7 +464,7 @@ int gguf_st_set_open(gguf_st_set **out, const char *path, gguf_error *err)
     *out = s;
     return 0;
 fail:
-    gguf_st_set_close(s);
+    gguf_st_set_free(s);
     return rc;
 }
 

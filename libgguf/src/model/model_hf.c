@@ -72,7 +72,7 @@ void model_hf_free(model_hf *hf)
     free(hf->gname);
     free(hf->rope_ff);
     free(hf->config_path);
-    gguf_st_set_close(hf->set);
+    gguf_st_set_free(hf->set);
     free(hf);
 }
 
@@ -594,7 +594,7 @@ int gguf_model_hf_digest(const gguf_model *m, gguf_digest *out, gguf_error *err)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET,
                          "gguf_model_hf_digest: not a model over a checkpoint");
     gguf_hasher *h;
-    if (gguf_hasher_new(&h))
+    if (gguf_hasher_create(&h))
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
     const gguf_st_set *s = m->hf->set;
     for (int64_t i = 0; i < gguf_st_set_tensor_count(s); i++) {

@@ -36,6 +36,21 @@ gguf_arch gguf_arch_from_name(const char *name)
     return GGUF_ARCH_UNKNOWN;
 }
 
+/* Architectures llama.cpp's convert_hf_to_gguf.py writes through LlamaModel
+ * (tensor names and the Q/K row permutation as llama's). */
+static const char *const llama_named[] = {"mistral", "granite"};
+
+gguf_arch gguf_arch_naming_from_name(const char *name)
+{
+    const gguf_arch a = gguf_arch_from_name(name);
+    if (a != GGUF_ARCH_UNKNOWN || !name)
+        return a;
+    for (size_t i = 0; i < sizeof llama_named / sizeof *llama_named; i++)
+        if (strcmp(llama_named[i], name) == 0)
+            return GGUF_ARCH_LLAMA;
+    return GGUF_ARCH_UNKNOWN;
+}
+
 typedef struct role_desc {
     const char *stem;     /* GGUF name without "blk.N." and ".weight" */
     const char *suffix;   /* "weight" or "bias" */

@@ -83,6 +83,11 @@ static int check_runs(const gguf_record *a, const gguf_record *b, uint32_t flags
 int gguf_compare(gguf_cmp_result **out, const gguf_record *a, const gguf_record *b,
                  const gguf_cmp_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_CMP_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_CMP_OPTS_VERSION, "gguf_cmp_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !a || !b)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_compare: bad args");

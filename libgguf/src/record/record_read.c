@@ -87,11 +87,11 @@ int gguf_capture_parse_name(const char *name, char *point_out, size_t point_size
     return GGUF_OK;
 }
 
-void gguf_record_close(gguf_record *r)
+void gguf_record_free(gguf_record *r)
 {
     if (!r)
         return;
-    gguf_file_close(r->file);
+    gguf_file_free(r->file);
     free(r->buf);
     free(r->path);
     free(r->tokens);
@@ -405,7 +405,7 @@ static int finish_open(gguf_record *r, gguf_record **out, gguf_error *err)
 {
     int rc = index_record(r, err);
     if (rc) {
-        gguf_record_close(r);
+        gguf_record_free(r);
         return rc;
     }
     *out = r;
@@ -440,7 +440,7 @@ int gguf_record_open_memory(gguf_record **out, const void *data, size_t size, co
     int rc;
     if (size >= 4 && !memcmp(data, zstd_magic, 4)) {
         if ((rc = decompress(r->path, data, size, &r->buf, &vsize, err))) {
-            gguf_record_close(r);
+            gguf_record_free(r);
             return rc;
         }
         r->compressed = true;
@@ -449,14 +449,14 @@ int gguf_record_open_memory(gguf_record **out, const void *data, size_t size, co
         /* Captures are read as floats in place: give them an aligned home. */
         r->buf = malloc(size ? size : 1);
         if (!r->buf) {
-            gguf_record_close(r);
+            gguf_record_free(r);
             return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
         }
         memcpy(r->buf, data, size);
         view = r->buf;
     }
     if ((rc = gguf_file_open_memory(&r->file, view, vsize, r->path, NULL, err))) {
-        gguf_record_close(r);
+        gguf_record_free(r);
         return rc;
     }
     return finish_open(r, out, err);
@@ -506,7 +506,7 @@ int gguf_record_open(gguf_record **out, const char *path, gguf_error *err)
         return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
     int rc = gguf_file_open(&r->file, path, NULL, err);
     if (rc) {
-        gguf_record_close(r);
+        gguf_record_free(r);
         return rc;
     }
     return finish_open(r, out, err);

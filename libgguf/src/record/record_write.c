@@ -96,6 +96,11 @@ int gguf_record_writer_create(gguf_record_writer **out, const char *path,
                               const gguf_record_meta *meta, const gguf_record_opts *opts,
                               gguf_error *err)
 {
+    if (opts && opts->version > GGUF_RECORD_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_RECORD_OPTS_VERSION, "gguf_record_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !path || !*path || !meta)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_record_writer_create: bad args");

@@ -673,7 +673,7 @@ static gguf_fault diagnose(fault_plan *fp, const gguf_model *m, const gguf_shard
         fault_plan *x = &fp[f];
         if (x->state == 0) {
             x->state = -1;
-            if (gguf_shard_plan_build(&x->p, m, opts, NULL) == 0 &&
+            if (gguf_shard_plan_create(&x->p, m, opts, NULL) == 0 &&
                 gguf_shard_apply_fault(x->p, (gguf_fault)f, -1, NULL) == 0 &&
                 gguf_dump_params(x->p, &x->ps, &x->n, NULL) == 0 &&
                 adapt_params(x->p, &x->ps, &x->n, names, NULL) == 0)
@@ -786,10 +786,15 @@ static int add_unknown(gguf_dump_check *c, const rank_files *rf, int r, const ch
 int gguf_dump_check_run(gguf_dump_check **out, const gguf_model *m, const gguf_shard_opts *opts,
                         const char *dir, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_SHARD_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_SHARD_OPTS_VERSION, "gguf_shard_opts", err);
+    }
     gguf_error_clear(err);
     *out = NULL;
     gguf_shard_plan *p = NULL;
-    int rc = gguf_shard_plan_build(&p, m, opts, err);
+    int rc = gguf_shard_plan_create(&p, m, opts, err);
     if (rc)
         return rc;
     const int tp = gguf_shard_plan_ranks(p);
@@ -904,7 +909,7 @@ done:
     free(ents);
     for (int r = 0; files && r < tp; r++) {
         for (int k = 0; k < files[r].n; k++)
-            gguf_st_file_close(files[r].f[k]);
+            gguf_st_file_free(files[r].f[k]);
         free(files[r].f);
     }
     free(files);

@@ -745,9 +745,14 @@ static int plan_checks(gguf_shard_plan *p)
     return 0;
 }
 
-int gguf_shard_plan_build(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
-                          gguf_error *err)
+int gguf_shard_plan_create(gguf_shard_plan **out, const gguf_model *m, const gguf_shard_opts *opts,
+                           gguf_error *err)
 {
+    if (opts && opts->version > GGUF_SHARD_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_SHARD_OPTS_VERSION, "gguf_shard_opts", err);
+    }
     if (!out || !m || !opts)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "shard plan: NULL argument");
     *out = NULL;

@@ -44,7 +44,7 @@ void gguf_shard_plan_digest(const gguf_shard_plan *p, char hex[GGUF_PLAN_DIGEST_
 {
     gguf_hasher *h = NULL;
     hex[0] = 0;
-    if (gguf_hasher_new(&h))
+    if (gguf_hasher_create(&h))
         return;
     const int tp = gguf_shard_plan_ranks(p);
     for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {

@@ -187,7 +187,7 @@ static int add_u16(gguf_writer *w, const char *key, uint16_t x, gguf_error *err)
 
 /* Hash [off, off+n) of fd: data extents through a buffer, holes as zeros.
  * Returns 0 or an errno (ENODATA: the file ends early). */
-static int hash_fd(volatile sig_atomic_t *cancel, atomic_ullong *done, gguf_hasher *h,
+static int hash_fd(const gguf_cancel_flag *cancel, atomic_ullong *done, gguf_hasher *h,
                    uint8_t *buf, const uint8_t *zeros, int fd, uint64_t off, uint64_t n)
 {
     uint64_t end = off + n;
@@ -385,7 +385,7 @@ static int write_part(const gguf_set *in, const gguf_split_plan *p, uint32_t k, 
 {
     const gguf_split_part *part = &p->parts[k];
     const gguf_split_job_opts *o = cs->o;
-    gguf_writer_opts wo = {.version = p->version,
+    gguf_writer_opts wo = {.gguf_version = p->version,
                            .alignment = p->alignment,
                            .overwrite = o->overwrite,
                            .no_sync = o->no_sync,
@@ -462,7 +462,7 @@ typedef struct dpool {
     atomic_ullong done;
     atomic_int running;
     atomic_int failed; /* errno of a failed read, or -1 for out of memory */
-    volatile sig_atomic_t *cancel;
+    const gguf_cancel_flag *cancel;
 } dpool;
 
 static void *dworker(void *arg)
@@ -471,7 +471,7 @@ static void *dworker(void *arg)
     gguf_hasher *h = NULL;
     uint8_t *buf = malloc(READ_STEP);
     uint8_t *zeros = calloc(1, READ_STEP);
-    if (!buf || !zeros || gguf_hasher_new(&h) != GGUF_OK) {
+    if (!buf || !zeros || gguf_hasher_create(&h) != GGUF_OK) {
         atomic_store(&dp->failed, -1);
         goto out;
     }
@@ -654,7 +654,7 @@ static int verify_and_digest(const gguf_set *in, const gguf_split_plan *p,
 done:
     if (outs)
         for (uint32_t k = 0; k < p->n_parts; k++)
-            gguf_file_close(outs[k]);
+            gguf_file_free(outs[k]);
     free(outs);
     free(out_d);
     free(jobs);
@@ -687,6 +687,9 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
                        const gguf_split_job_opts *opts, gguf_split_report **report,
                        gguf_error *err)
 {
+    if (opts && opts->version > GGUF_SPLIT_JOB_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_SPLIT_JOB_OPTS_VERSION, "gguf_split_job_opts",
+                                      err);
     gguf_error_clear(err);
     if (report)
         *report = NULL;
@@ -712,7 +715,7 @@ int gguf_split_execute(const gguf_set *in, const gguf_split_plan *p,
     if (o.verify || o.digests || o.delete_inputs) {
         r->tensor_digests = calloc((size_t)p->n_tensors + 1, sizeof *r->tensor_digests);
         cs.zeros = calloc(1, READ_STEP);
-        if (!r->tensor_digests || !cs.zeros || gguf_hasher_new(&cs.h) != GGUF_OK) {
+        if (!r->tensor_digests || !cs.zeros || gguf_hasher_create(&cs.h) != GGUF_OK) {
             rc = gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "out of memory");
             goto fail;
         }

@@ -169,6 +169,11 @@ static bool continues(const gguf_tensor *prev, const gguf_tensor *t, uint32_t al
 int gguf_merge_plan_opts(gguf_split_plan **out, const gguf_set *in, const char *output,
                          const gguf_merge_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_MERGE_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_MERGE_OPTS_VERSION, "gguf_merge_opts", err);
+    }
     gguf_error_clear(err);
     if (!out || !in || !output || !*output)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_merge_plan: bad args");
@@ -267,12 +272,12 @@ static int too_big(const gguf_split_part *part, uint32_t no, uint64_t max, gguf_
                      (long long)part->count, (unsigned long long)max);
 }
 
-int gguf_split_plan_make(gguf_split_plan **out, const gguf_set *in, const char *prefix,
-                         const gguf_split_limits *lim, gguf_error *err)
+int gguf_split_plan_create(gguf_split_plan **out, const gguf_set *in, const char *prefix,
+                           const gguf_split_limits *lim, gguf_error *err)
 {
     gguf_error_clear(err);
     if (!out || !in || !prefix || !*prefix)
-        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_plan_make: bad args");
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_split_plan_create: bad args");
     *out = NULL;
     gguf_split_limits l = {0};
     if (lim)

@@ -9,16 +9,13 @@
 #include "util/error_lib.h"
 #include "tokenize/tokenize_internal.h"
 
-/* Writes the piece of token id to b; it is never longer than the token text. */
-static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
+size_t tok_piece_bytes(gguf_tok_type type, uint16_t a, gguf_str s, const int16_t *cp_byte, char *b)
 {
-    const gguf_str s = t->strs[id];
-    const uint16_t a = t->attr[id];
     if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) {
         memcpy(b, s.data, s.len);
         return s.len;
     }
-    if (t->type == GGUF_TOK_BPE) {
+    if (type == GGUF_TOK_BPE) {
         if (!(a & TOK_ATTR_NORMAL))
             return 0;
         /* stand-in characters back to bytes; any other character as it is
@@ -31,7 +28,7 @@ static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
             if (l <= avail && tok_utf8_valid(s.data + i, l) == l) {
                 size_t adv;
                 const uint32_t cp = tok_utf8_decode((const unsigned char *)s.data + i, &adv);
-                byte = cp < 256 + 68 ? t->cp_byte[cp] : -1;
+                byte = cp >= 256 + 68 ? -1 : cp_byte ? cp_byte[cp] : tok_cp_to_byte(cp);
             }
             if (byte >= 0) {
                 b[n++] = (char)byte;
@@ -70,6 +67,12 @@ static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
     return 0; /* unused, undefined, malformed byte tokens */
 }
 
+/* Writes the piece of token id to b; it is never longer than the token text. */
+static size_t piece_of(const gguf_tokenizer *t, int64_t id, char *b)
+{
+    return tok_piece_bytes(t->type, t->attr[id], t->strs[id], t->cp_byte, b);
+}
+
 int tok_pieces_setup(gguf_tokenizer *t, gguf_error *err)
 {
     for (uint32_t cp = 0; cp < 256 + 68; cp++)
@@ -103,14 +106,32 @@ int gguf_token_piece(const gguf_tokenizer *tok, int32_t id, bool special, const 
     return 0;
 }
 
+int gguf_token_text(const gguf_tokenizer *tok, int32_t id, char *buf, size_t size)
+{
+    if (buf && size)
+        buf[0] = 0;
+    const char *p;
+    size_t l;
+    if (!buf || !size || gguf_token_piece(tok, id, false, &p, &l) != 0)
+        return GGUF_E_INVALID;
+    if (l > size - 1)
+        l = size - 1;
+    memcpy(buf, p, l);
+    buf[l] = 0;
+    return (int)l;
+}
+
 int gguf_detokenize(const gguf_tokenizer *tok, const int32_t *ids, int64_t n,
                     const gguf_detokenize_opts *opts, char **out, size_t *len, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_DETOKENIZE_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_DETOKENIZE_OPTS_VERSION, "gguf_detokenize_opts",
+                                      err);
     if (!tok || (!ids && n) || n < 0 || !out || !len)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_detokenize: NULL argument");
     *out = NULL;
     *len = 0;
-    const gguf_detokenize_opts o = opts ? *opts : (gguf_detokenize_opts){false, false};
+    const gguf_detokenize_opts o = opts ? *opts : (gguf_detokenize_opts)GGUF_DETOKENIZE_OPTS_INIT;
     size_t total = 0;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= tok->n_vocab)

@@ -193,5 +193,17 @@ int tok_special_partition_mode(const gguf_tokenizer *t, const char *text, size_t
 
 /* ---- pieces (tokenize_detok.c) ---- */
 int tok_pieces_setup(gguf_tokenizer *t, gguf_error *err);
+/*
+ * The one decoder of a token's stored text: the bytes it stands for
+ * (llama.cpp's token_to_piece with special tokens shown), written to b, never
+ * more than s.len bytes. attr is the token's TOK_ATTR_*; cp_byte GPT-2's
+ * stand-in table (indexed by code points below 256 + 68), or NULL to look
+ * each character up. The tokenizer's pieces and gguf_fwd_token_text use it.
+ */
+size_t tok_piece_bytes(gguf_tok_type type, uint16_t attr, gguf_str s, const int16_t *cp_byte,
+                       char *b);
+/* TOK_ATTR_* of a tokenizer.ggml.token_type value as the file says (before
+ * llama.cpp's corrections); 0 (undefined) for values out of range. */
+uint16_t tok_attr_of_type(int64_t v);
 
 #endif

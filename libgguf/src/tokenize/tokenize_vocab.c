@@ -182,6 +182,18 @@ static int unsupported_pre(const char *path, gguf_str pre, gguf_error *err)
                      (int)(pre.len > 64 ? 64 : pre.len), pre.data, list);
 }
 
+uint16_t tok_attr_of_type(int64_t v)
+{
+    static const uint16_t attr_of[] = {0,
+                                       TOK_ATTR_NORMAL,
+                                       TOK_ATTR_UNKNOWN,
+                                       TOK_ATTR_CONTROL,
+                                       TOK_ATTR_USER_DEFINED,
+                                       TOK_ATTR_UNUSED,
+                                       TOK_ATTR_BYTE};
+    return v >= 0 && v <= 6 ? attr_of[v] : 0; /* others: undefined */
+}
+
 static int read_types(gguf_tokenizer *t, const gguf_file *meta, gguf_error *err)
 {
     const gguf_value *ty;
@@ -199,14 +211,7 @@ static int read_types(gguf_tokenizer *t, const gguf_file *meta, gguf_error *err)
         if (gguf_value_to_i64(&e, &v))
             return gguf_fail(err, GGUF_E_WRONG_TYPE, GGUF_NO_OFFSET,
                              "%s: tokenizer.ggml.token_type: not integers", t->path);
-        static const uint16_t attr_of[] = {0,
-                                           TOK_ATTR_NORMAL,
-                                           TOK_ATTR_UNKNOWN,
-                                           TOK_ATTR_CONTROL,
-                                           TOK_ATTR_USER_DEFINED,
-                                           TOK_ATTR_UNUSED,
-                                           TOK_ATTR_BYTE};
-        t->attr[i] = v >= 0 && v <= 6 ? attr_of[v] : 0; /* others: undefined */
+        t->attr[i] = tok_attr_of_type(v);
     }
     return 0;
 }
@@ -429,6 +434,7 @@ void gguf_tokenize_opts_init(gguf_tokenize_opts *opts)
 {
     if (!opts)
         return;
+    opts->version = GGUF_TOKENIZE_OPTS_VERSION;
     opts->add_bos = GGUF_TOK_AUTO;
     opts->add_eos = GGUF_TOK_AUTO;
     opts->parse_special = true;
@@ -438,6 +444,9 @@ int gguf_tokenize_text(const gguf_tokenizer *tok, const char *text, size_t len,
                        const gguf_tokenize_opts *opts, int32_t **out_ids, int64_t *n,
                        gguf_error *err)
 {
+    if (opts && opts->version > GGUF_TOKENIZE_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_TOKENIZE_OPTS_VERSION, "gguf_tokenize_opts",
+                                      err);
     if (!tok || (!text && len) || !out_ids || !n)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_tokenize: NULL argument");
     *out_ids = NULL;

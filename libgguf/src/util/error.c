@@ -34,6 +34,7 @@ static const struct {
     {"GGUF_E_NOT_GGUF", "not a GGUF file"},
     {"GGUF_E_MISMATCH", "verification mismatch"},
     {"GGUF_E_BAD_VALUE", "invalid metadata value"},
+    {"GGUF_E_OPTS_VERSION", "unknown options version"},
 };
 
 const char *gguf_status_name(int code)
@@ -104,4 +105,12 @@ int gguf_error_setf(gguf_error *err, int code, int sys_errno, const char *fmt, .
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int gguf_opts_version_fail(unsigned int version, unsigned int known, const char *type,
+                           gguf_error *err)
+{
+    return gguf_fail(err, GGUF_E_OPTS_VERSION, GGUF_NO_OFFSET,
+                     "%s: version %u is newer than this library's %u (built against a newer "
+                     "gguf header?)", type, version, known);
 }

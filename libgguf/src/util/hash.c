@@ -34,6 +34,8 @@ char *gguf_digest_hex(const gguf_digest *d, char *out)
 int gguf_digest_parse(const char *s, gguf_digest *out)
 {
     uint64_t v[2] = {0, 0};
+    if (!s || !out)
+        return GGUF_E_INVALID;
     for (int i = 0; i < 32; i++) {
         char c = s[i];
         int x = (c >= '0' && c <= '9') ? c - '0'
@@ -98,7 +100,7 @@ void gguf_digest_model(const gguf_tensor *const *tensors, const gguf_digest *dig
 typedef struct digest_job {
     const gguf_set *set;
     gguf_digest *out;
-    volatile const int *cancel;
+    const gguf_cancel_flag *cancel;
     pthread_mutex_t lock;
     int64_t next;
 } digest_job;
@@ -121,7 +123,7 @@ static void *digest_worker(void *arg)
 }
 
 int gguf_digest_set(const gguf_set *s, gguf_digest *out_tensors, gguf_digest *out_model,
-                    int n_threads, volatile const int *cancel, gguf_error *err)
+                    int n_threads, const gguf_cancel_flag *cancel, gguf_error *err)
 {
     int64_t n = gguf_set_tensor_count(s);
     gguf_digest *d = out_tensors ? out_tensors : malloc(((size_t)n + 1) * sizeof *d);
@@ -167,7 +169,7 @@ struct gguf_hasher {
     XXH3_state_t *st;
 };
 
-int gguf_hasher_new(gguf_hasher **out)
+int gguf_hasher_create(gguf_hasher **out)
 {
     gguf_hasher *h = malloc(sizeof *h);
     if (!h)

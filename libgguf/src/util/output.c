@@ -66,6 +66,11 @@ done:
 int gguf_output_create(gguf_output **out, const char *path, const gguf_output_opts *opts,
                        gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OUTPUT_OPTS_VERSION) {
+        if (out)
+            *out = NULL;
+        return gguf_opts_version_fail(opts->version, GGUF_OUTPUT_OPTS_VERSION, "gguf_output_opts", err);
+    }
     if (!out)
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_output_create: no handle");
     *out = NULL;
@@ -236,6 +241,9 @@ void gguf_output_free(gguf_output *o)
 int gguf_output_write_file(const char *path, const void *data, size_t n,
                            const gguf_output_opts *opts, gguf_error *err)
 {
+    if (opts && opts->version > GGUF_OUTPUT_OPTS_VERSION)
+        return gguf_opts_version_fail(opts->version, GGUF_OUTPUT_OPTS_VERSION, "gguf_output_opts",
+                                      err);
     gguf_output *o = NULL;
     int rc = gguf_output_create(&o, path, opts, err);
     if (!rc)

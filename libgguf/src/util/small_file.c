@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,43 +13,69 @@
 int gguf_read_small_file(const char *path, size_t max_bytes, char **out, size_t *len,
                          gguf_error *err)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!path || !out)
+        return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_read_small_file: NULL argument");
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return gguf_fail_errno(err, errno == ENOENT ? GGUF_E_NOT_FOUND : GGUF_E_IO, errno,
                                "%s", path);
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0 || S_ISDIR(sb.st_mode)) {
+        const int e = S_ISDIR(sb.st_mode) ? EISDIR : errno;
         close(fd);
-        return gguf_fail(err, GGUF_E_IO, GGUF_NO_OFFSET, "%s: not a regular file", path);
+        return gguf_fail_errno(err, GGUF_E_IO, e, "%s", path);
     }
-    if ((uint64_t)sb.st_size > max_bytes) {
+    /* a regular file is sized up front; a pipe grows the buffer as it comes */
+    const bool regular = S_ISREG(sb.st_mode) && sb.st_size > 0; /* /proc says 0 */
+    if (regular && (uint64_t)sb.st_size > max_bytes) {
         close(fd);
         return gguf_fail(err, GGUF_E_LIMIT, 0, "%s: %lld bytes (at most %zu)", path,
                          (long long)sb.st_size, max_bytes);
     }
-    char *buf = malloc((size_t)sb.st_size + 1);
-    if (!buf) {
-        close(fd);
-        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", path);
-    }
+    const size_t most = max_bytes < SIZE_MAX - 2 ? max_bytes + 2 : SIZE_MAX;
+    size_t cap = regular ? (size_t)sb.st_size + 1 : 4096 < most ? 4096 : most;
+    char *buf = malloc(cap);
     size_t got = 0;
-    while (got < (size_t)sb.st_size) {
-        const ssize_t k = read(fd, buf + got, (size_t)sb.st_size - got);
+    while (buf) {
+        if (got + 1 >= cap) {
+            if (regular || got > max_bytes || cap >= most)
+                break; /* the size is known, or a pipe ran over: one byte tells */
+            const size_t want = cap < most / 2 ? cap * 2 : most;
+            char *t = realloc(buf, want);
+            if (!t) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = t;
+            cap = want;
+        }
+        const ssize_t k = read(fd, buf + got, cap - 1 - got);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0) {
-            const int e = k < 0 ? errno : EIO;
+        if (k < 0) {
+            const int e = errno;
             free(buf);
             close(fd);
             return gguf_fail_errno(err, GGUF_E_IO, e, "%s: read", path);
         }
+        if (k == 0)
+            break;
         got += (size_t)k;
     }
     close(fd);
+    if (!buf)
+        return gguf_fail(err, GGUF_E_NOMEM, GGUF_NO_OFFSET, "%s: out of memory", path);
+    if (got > max_bytes) {
+        free(buf);
+        return gguf_fail(err, GGUF_E_LIMIT, 0, "%s: over %zu bytes", path, max_bytes);
+    }
     buf[got] = 0;
     *out = buf;
-    *len = got;
+    if (len)
+        *len = got;
     return 0;
 }
 

@@ -211,7 +211,7 @@ static void print_summary(const char *out, uint32_t n_parts, bool json, uint64_t
                    cli_human_bytes(gguf_file_size(f), hb, sizeof hb));
         }
     }
-    gguf_set_close(s);
+    gguf_set_free(s);
     free(name);
 }
 

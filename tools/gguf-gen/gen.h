@@ -177,7 +177,7 @@ typedef struct gen_write_opts {
     bool no_sync;
     uint64_t split_max_tensors; /* 0: no limit */
     uint64_t split_max_size;    /* bytes; 0: no limit */
-    volatile sig_atomic_t *cancel;
+    const gguf_cancel_flag *cancel;
 } gen_write_opts;
 
 /*

@@ -516,6 +516,6 @@ done:
     free(idx);
     free(cfg);
     gguf_model_free(m);
-    gguf_set_close(set);
+    gguf_set_free(set);
     return ret;
 }
