@@ -2,7 +2,7 @@
 generated model, served broken by `ref-forward serve --tp N [--ep M] --fault FAULT[@LAYER]`,
 diagnosed by `check-engine --diagnose --tp N [--ep M]`; clean engines at each size too.
 
-    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/testdata/gguf-gen \\
+    GGUFKIT_BIN=build/tools GGUFKIT_GEN=build/tools/gguf-gen \\
     python3 tests/bench/bench_diagnose.py [--archs a,b] [--tp 2,4,8] [--json OUT.json]
 
 A row says what the diagnosis named: the injected fault (right), several candidates that the
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from serve_process import Serve  # noqa: E402
 
 BIN = os.environ.get("GGUFKIT_BIN", "build/tools")
-GEN = os.environ.get("GGUFKIT_GEN", "build/testdata/gguf-gen")
+GEN = os.environ.get("GGUFKIT_GEN", "build/tools/gguf-gen")
 R = os.path.join(BIN, "ref-forward")
 TOKENS = "1,17,42,99,123,7,250,31"
 MOE = {"qwen3moe", "deepseek2", "glm4moe", "glm-dsa"}
