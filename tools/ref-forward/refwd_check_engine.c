@@ -149,46 +149,6 @@ typedef struct ce_opts {
     refwd_backend backend;
 } ce_opts;
 
-static int parse_ids(const char *s, int32_t **out, int64_t *n)
-{
-    int64_t cap = 16;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    *n = 0;
-    if (!ids)
-        return -1;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            free(ids);
-            return -1;
-        }
-        if (*n == cap) {
-            cap *= 2;
-            int32_t *t = realloc(ids, (size_t)cap * sizeof *t);
-            if (!t) {
-                free(ids);
-                return -1;
-            }
-            ids = t;
-        }
-        ids[(*n)++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-        if (*end == ',' && !*p) {
-            free(ids);
-            return -1;
-        }
-    }
-    if (*n == 0) {
-        free(ids);
-        return -1;
-    }
-    *out = ids;
-    return 0;
-}
-
 /* --tp 8 or --tp 4,8 */
 static int parse_tp_list(const char *s, gguf_diag_opts *d)
 {
@@ -648,7 +608,7 @@ int refwd_check_engine_main(int argc, char **argv)
                 ret = CLI_EXIT_ENV;
                 goto done;
             }
-            if (parse_ids(arg, &p->tokens, &p->n_tokens)) {
+            if (cli_parse_ids(arg, &p->tokens, &p->n_tokens)) {
                 cli_errorf(spec.tool, "--tokens: '%s' is not a comma-separated list of ids", arg);
                 goto done;
             }

@@ -14,8 +14,9 @@
 
 static void on_progress(void *user, int64_t done, int64_t total)
 {
-    (void)total;
-    cli_progress_update(user, (uint64_t)done);
+    cli_progress *p = user;
+    p->total = (uint64_t)total; /* grows when the one-layer step starts */
+    cli_progress_update(p, (uint64_t)done);
 }
 
 int ce_diagnose(gguf_diagnosis **out, const gguf_model *m, ce_result *const *res, int n,
