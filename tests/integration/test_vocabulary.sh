@@ -129,10 +129,16 @@ EOF
 expect 0 "$B/shard-plan" --help
 contains "$T/out" "--fault FAULT[@LAYER]"
 expect 1 "$B/ref-forward" "$T/m.gguf" --tokens 1,2,3 --tp 2 --fault rope-pairs@1 -q
-sed 's|^[^ ]*: first|first|' "$T/out" >"$T/new.txt" # the temporary record's name varies
-contains "$T/new.txt" "first divergence at blk.0.attn_out"
+# the temporary record of the run is named by what it is, never by its deleted path
+contains "$T/out" "tp: first divergence at blk.0.attn_out"
+! grep -q "/tmp\|\.gguf" "$T/out" && pass || fail "-q names a deleted temporary record"
+expect 1 "$B/ref-forward" "$T/m.gguf" --tokens 1,2,3 --tp 2 --fault rope-pairs@1
+contains "$T/out" "B: this run (cpu-tp"
+! grep -q "reference.gguf\|tp.gguf" "$T/out" && pass || fail "the table names a deleted temporary record"
+expect 1 "$B/ref-forward" "$T/m.gguf" --tokens 1,2,3 --tp 2 --fault rope-pairs@1 -q
+cp "$T/out" "$T/new.txt"
 expect 1 "$B/ref-forward" "$T/m.gguf" --tokens 1,2,3 --tp 2 --inject rope-pairs@1 -q
-sed 's|^[^ ]*: first|first|' "$T/out" >"$T/old.txt"
+cp "$T/out" "$T/old.txt"
 cmp -s "$T/old.txt" "$T/new.txt" && pass || fail "--inject (the old spelling) differs from --fault"
 expect 2 "$B/ref-forward" "$T/m.gguf" --tokens 1,2,3 --fault rope-pairs
 contains "$T/err" "--fault needs --tp"

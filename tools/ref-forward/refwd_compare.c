@@ -79,11 +79,13 @@ static void over_text(const gguf_cmp_entry *e, const gguf_tol *t, char *buf, siz
     }
 }
 
-static void describe(FILE *out, const char *tag, const gguf_record *r)
+/* One record's line; a temporary record of this run (deleted after it) is
+ * named as such, not by a path that will not exist. */
+static void describe(FILE *out, const char *tag, const gguf_record *r, bool temporary)
 {
     const gguf_record_meta *m = gguf_record_get_meta(r);
     fprintf(out, "%s: %s (%s%s, %s, tp %u, ep %u, %u rank%s, %llu tokens%s%s)\n", tag,
-            gguf_record_path(r), *m->backend ? m->backend : "?", "",
+            temporary ? "this run" : gguf_record_path(r), *m->backend ? m->backend : "?", "",
             *m->precision ? m->precision : "f32", m->tp, m->ep, m->ranks, m->ranks == 1 ? "" : "s",
             (unsigned long long)m->n_tokens, *m->fault ? ", fault " : "", m->fault);
 }
@@ -149,10 +151,10 @@ static void print_expert_sets(FILE *out, const gguf_record *a, const gguf_record
 }
 
 static void print_table(FILE *out, const gguf_record *a, const gguf_record *b,
-                        const gguf_cmp_result *res, bool all)
+                        const gguf_cmp_result *res, bool all, bool tmp_a, bool tmp_b)
 {
-    describe(out, "A", a);
-    describe(out, "B", b);
+    describe(out, "A", a, tmp_a);
+    describe(out, "B", b, tmp_b);
     print_tol(out, res);
     if (res->first >= 0) {
         const gguf_cmp_entry *e = &res->entries[res->first];
@@ -407,6 +409,25 @@ static void print_json(FILE *out, const gguf_record *a, const gguf_record *b,
         fputc('\n', out);
 }
 
+/* -q's line. The record's path leads it, unless the record is a temporary file
+ * of this run, deleted after it: then its name alone ("tp: first divergence
+ * at ..."), not a path that no longer exists. */
+static void print_first_divergence(FILE *out, const gguf_record *b, const gguf_error *err,
+                                   bool temporary)
+{
+    const char *path = gguf_record_path(b), *msg = err->message;
+    const size_t n = strlen(path);
+    if (temporary && strncmp(msg, path, n) == 0 && msg[n] == ':') {
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        const char *dot = strstr(base, ".gguf");
+        fprintf(out, "%.*s%s\n", (int)(dot ? (size_t)(dot - base) : strlen(base)), base,
+                msg + n);
+        return;
+    }
+    fprintf(out, "%s\n", msg);
+}
+
 int refwd_compare_files(const char *ref_path, const char *test_path,
                         const refwd_compare_args *args, FILE *out)
 {
@@ -446,9 +467,9 @@ int refwd_compare_files(const char *ref_path, const char *test_path,
     if (args->json)
         print_json(out, a, b, res, args->json_embed);
     else if (cli_verbosity == 0 && rc == GGUF_E_MISMATCH)
-        fprintf(out, "%s\n", err.message); /* -q: the first divergence, one line */
+        print_first_divergence(out, b, &err, args->tmp_b); /* -q: one line */
     else if (cli_verbosity > 0)
-        print_table(out, a, b, res, args->all || cli_verbosity > 1);
+        print_table(out, a, b, res, args->all || cli_verbosity > 1, args->tmp_a, args->tmp_b);
     fflush(out);
     ret = rc == GGUF_E_MISMATCH ? CLI_EXIT_DIFF : CLI_EXIT_OK;
     if (args->html) {
