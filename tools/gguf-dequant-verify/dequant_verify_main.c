@@ -6,9 +6,9 @@
  * docs/gguf-dequant-verify.md.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -94,11 +94,6 @@ typedef struct pending_kvb {
     float *kx, *vx;
 } pending_kvb;
 
-typedef struct kvb_result {
-    int64_t layer;
-    dv_ref_result ref;
-} kvb_result;
-
 typedef struct run_state {
     const dv_opts *o;
     gguf_set *set;
@@ -107,8 +102,12 @@ typedef struct run_state {
     gguf_dequant_pool *pool;
     float *buf;
     uint64_t buf_elems;
-    bool first_json;
     int name_width;
+    /* --json: the report, printed whole at the end (one line) */
+    json_t *json_doc;     /* {model, parts, cpu_path, threads, tensors} */
+    json_t *json_tensors; /* borrowed from json_doc */
+    json_t *json_kvb;     /* "kv_b_proj", added with the summary */
+    bool json_oom;
     /* totals */
     int64_t n_tensors, n_nonfinite_tensors, n_ref_fail, n_ref_ok, n_ref_missing, n_gpu_diff;
     int64_t n_ref_outlier; /* of n_ref_fail: a block or row out of line, the SNR passing */
@@ -119,8 +118,6 @@ typedef struct run_state {
     pending_kvb *kvb;
     int64_t n_kvb;
     int64_t n_kvb_fail;
-    kvb_result *kvb_out;
-    int64_t n_kvb_out;
     cli_progress progress;
     uint64_t bytes_done;
 } run_state;
@@ -134,12 +131,12 @@ static bool selected(const dv_opts *o, const gguf_set *s, const gguf_tensor *t)
     return o->have_regex && regexec(&o->regex, t->name, 0, NULL, 0) == 0;
 }
 
-static void print_ne(FILE *f, const gguf_tensor *t, bool numpy)
+static void print_ne(FILE *f, const gguf_tensor *t)
 {
     const int nd = t->n_dims ? (int)t->n_dims : 1;
     fputc('[', f);
     for (int i = 0; i < nd; i++)
-        fprintf(f, "%s%lld", i ? ", " : "", (long long)t->ne[numpy ? nd - 1 - i : i]);
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
     fputc(']', f);
 }
 
@@ -162,33 +159,6 @@ static double unit_snr_db(const dv_unit *u)
     if (isnan(u->err))
         return -INFINITY;
     return u->err > 0 ? 10.0 * log10(u->sig / u->err) : INFINITY;
-}
-
-static void json_units(FILE *f, const dv_unit_report *u)
-{
-    if (!u->have) {
-        fputs("null", f);
-        return;
-    }
-    int64_t e, r0, r1, c0, c1;
-    unit_span(u, &e, &r0, &r1, &c0, &c1);
-    fprintf(f, "{\"unit\": [%lld, %lld], \"count\": %llu, \"flagged\": %llu, \"median_snr_db\": ",
-            (long long)u->unit_rows, (long long)u->unit_cols, (unsigned long long)u->count,
-            (unsigned long long)u->flagged);
-    cli_json_num(f, u->median_snr_db);
-    fprintf(f, ", \"threshold_db\": ");
-    cli_json_num(f, DV_OUTLIER_DB);
-    fprintf(f, ", \"medians_from_first\": %s, \"worst\": {\"expert\": ",
-            u->from_first ? "true" : "false");
-    cli_json_num(f, e >= 0 ? (double)e : NAN);
-    fprintf(f, ", \"rows\": [%lld, %lld], \"cols\": [%lld, %lld], \"snr_db\": ", (long long)r0,
-            (long long)r1, (long long)c0, (long long)c1);
-    cli_json_num(f, unit_snr_db(&u->worst));
-    fprintf(f, ", \"rel_rms\": ");
-    cli_json_num(f, u->worst.sig > 0 ? sqrt(u->worst.err / u->worst.sig) : NAN);
-    fprintf(f, ", \"excess_db\": ");
-    cli_json_num(f, u->worst_excess_db);
-    fprintf(f, ", \"flagged\": %s}}", u->worst_excess_db >= DV_OUTLIER_DB ? "true" : "false");
 }
 
 /* "worst block [r0:r1, c0:c1] of N (BRxBC): SNR .. dB (median ..) excess .. dB  ok|FLAGGED..."
@@ -220,125 +190,276 @@ static void print_units(FILE *f, int indent, const char *what, const dv_unit_rep
         fprintf(f, "ok\n");
 }
 
-static void json_ref(FILE *f, const dv_ref_result *r)
-{
-    fprintf(f, "{\"hf_name\": ");
-    cli_json_str(f, r->hf_name, SIZE_MAX);
-    fprintf(f, ", \"status\": ");
-    cli_json_str(f, r->status, SIZE_MAX);
-    fprintf(f, ", \"rel_rms\": ");
-    cli_json_num(f, r->compared ? r->rel_rms : NAN);
-    fprintf(f, ", \"snr_db\": ");
-    cli_json_num(f, r->compared ? r->snr_db : NAN);
-    fprintf(f, ", \"exact\": %s", r->compared && r->err_sq == 0 ? "true" : "false");
-    fprintf(f, ", \"ref_dtype\": ");
-    cli_json_str(f, r->ref_dtype, SIZE_MAX);
-    fprintf(f, ", \"ref_format\": ");
-    cli_json_str(f, r->ref_format, SIZE_MAX);
-    fprintf(f, ", \"expect_snr_db\": ");
-    cli_json_num(f, r->expect_snr_db);
-    fprintf(f, ", \"note\": ");
-    cli_json_str(f, r->note, SIZE_MAX);
-    fprintf(f, ", \"outlier\": %s, \"blocks\": ", r->outlier ? "true" : "false");
-    json_units(f, &r->blocks);
-    fprintf(f, ", \"rows\": ");
-    json_units(f, &r->rows);
-    fputc('}', f);
-}
-
 static bool ref_failed(const dv_ref_result *r)
 {
     return !strcmp(r->status, "fail") || !strcmp(r->status, "shape");
 }
 
-static void report_tensor(run_state *rs, const gguf_tensor *t, const dv_stats *s,
-                          const dv_ref_result *ref, int gpu_state, uint64_t gpu_diff)
+/* ---- the JSON report (schema: docs/gguf-dequant-verify.md) ----
+ *
+ * Built as jansson values while the tensors are verified and printed whole at
+ * the end, on one line. A value that could not be built (out of memory) drops
+ * the whole report, and the end says so (exit 3): never a report missing a key.
+ * Counts are uint64_t but bounded by the elements of the file's tensors, far
+ * below 2^63, so json_int_t holds them. */
+
+/* o[key] = v, v consumed; on failure o is released and NULL comes back. */
+static json_t *json_with(json_t *o, const char *key, json_t *v)
+{
+    if (json_object_set_new(o, key, v) == 0)
+        return o;
+    json_decref(o);
+    return NULL;
+}
+
+/* Out of memory: the report goes, and json_report_print says so. */
+static void json_report_drop(run_state *rs)
+{
+    json_decref(rs->json_doc);
+    json_decref(rs->json_kvb);
+    rs->json_doc = rs->json_tensors = rs->json_kvb = NULL;
+    rs->json_oom = true;
+}
+
+/* Append v (consumed) to one of the report's arrays. */
+static void json_report_add(run_state *rs, json_t *array, json_t *v)
+{
+    if (json_array_append_new(array, v) != 0)
+        json_report_drop(rs);
+}
+
+/* ne in ggml order, or numpy's shape (reversed). */
+static json_t *json_ne(const gguf_tensor *t, bool numpy)
+{
+    const int nd = t->n_dims ? (int)t->n_dims : 1;
+    json_t *a = json_array();
+    for (int i = 0; a && i < nd; i++)
+        if (json_array_append_new(a, json_integer(t->ne[numpy ? nd - 1 - i : i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return a;
+}
+
+static json_t *json_worst_unit(const dv_unit_report *u)
+{
+    int64_t e, r0, r1, c0, c1;
+    unit_span(u, &e, &r0, &r1, &c0, &c1);
+    const dv_unit *w = &u->worst;
+    return json_pack("{s:o, s:[I, I], s:[I, I], s:o, s:o, s:o, s:b}",
+        "expert", e >= 0 ? json_integer(e) : json_null(),
+        "rows", (json_int_t)r0, (json_int_t)r1, "cols", (json_int_t)c0, (json_int_t)c1,
+        "snr_db", cli_json_number(unit_snr_db(w)),
+        "rel_rms", cli_json_number(w->sig > 0 ? sqrt(w->err / w->sig) : NAN),
+        "excess_db", cli_json_number(u->worst_excess_db),
+        "flagged", u->worst_excess_db >= DV_OUTLIER_DB);
+}
+
+static json_t *json_units(const dv_unit_report *u)
+{
+    if (!u->have)
+        return json_null();
+    return json_pack("{s:[I, I], s:I, s:I, s:o, s:o, s:b, s:o}",
+        "unit", (json_int_t)u->unit_rows, (json_int_t)u->unit_cols,
+        "count", (json_int_t)u->count, "flagged", (json_int_t)u->flagged,
+        "median_snr_db", cli_json_number(u->median_snr_db),
+        "threshold_db", cli_json_number(DV_OUTLIER_DB),
+        "medians_from_first", u->from_first, "worst", json_worst_unit(u));
+}
+
+static json_t *json_ref(const dv_ref_result *r)
+{
+    return json_pack("{s:o, s:o, s:o, s:o, s:b, s:o, s:o, s:o, s:o, s:b, s:o, s:o}",
+        "hf_name", cli_json_text(r->hf_name, SIZE_MAX),
+        "status", cli_json_text(r->status, SIZE_MAX),
+        "rel_rms", cli_json_number(r->compared ? r->rel_rms : NAN),
+        "snr_db", cli_json_number(r->compared ? r->snr_db : NAN),
+        "exact", r->compared && r->err_sq == 0,
+        "ref_dtype", cli_json_text(r->ref_dtype, SIZE_MAX),
+        "ref_format", cli_json_text(r->ref_format, SIZE_MAX),
+        "expect_snr_db", cli_json_number(r->expect_snr_db),
+        "note", cli_json_text(r->note, SIZE_MAX),
+        "outlier", r->outlier, "blocks", json_units(&r->blocks), "rows", json_units(&r->rows));
+}
+
+static json_t *json_suspicious(const dv_stats *s)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}",
+        "zero_scale", (json_int_t)s->blk_zero, "nan_scale", (json_int_t)s->blk_nan,
+        "inf_scale", (json_int_t)s->blk_inf, "subnormal_scale", (json_int_t)s->blk_subnormal,
+        "bad_scale_encoding", (json_int_t)s->blk_bad_encoding);
+}
+
+/* Statistics over the finite values: null where there is none. */
+static json_t *json_tensor_stats(const gguf_tensor *t, const dv_stats *s)
+{
+    const bool any = s->n_finite > 0;
+    return json_pack("{s:o, s:s, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o}",
+        "name", cli_json_text(t->name, SIZE_MAX), "type", gguf_type_name(t->type),
+        "ne", json_ne(t, false), "shape", json_ne(t, true), "n_elements", (json_int_t)t->n_elements,
+        "min", cli_json_number(any ? s->min : NAN), "max", cli_json_number(any ? s->max : NAN),
+        "mean", cli_json_number(dv_stats_mean(s)), "std", cli_json_number(dv_stats_std(s)),
+        "absmax", cli_json_number(any ? s->absmax : NAN),
+        "nan", (json_int_t)s->n_nan, "inf", (json_int_t)s->n_inf,
+        "blocks", (json_int_t)s->n_blocks, "suspicious_blocks", json_suspicious(s));
+}
+
+/* gpu_state: -1 not run, 0 equal, 1 different. */
+static json_t *json_tensor(const gguf_tensor *t, const dv_stats *s, const dv_ref_result *ref,
+                           int gpu_state, uint64_t gpu_diff)
+{
+    json_t *o = json_tensor_stats(t, s);
+    if (ref)
+        o = json_with(o, "reference", json_ref(ref));
+    if (gpu_state >= 0)
+        o = json_with(o, "gpu", json_pack("{s:s, s:I}", "status", gpu_state ? "different" : "equal",
+                                          "differing", (json_int_t)gpu_diff));
+    return o;
+}
+
+/* The report's head, its "tensors" still empty, and the "kv_b_proj" array. */
+static void json_report_start(run_state *rs)
 {
     const dv_opts *o = rs->o;
-    FILE *f = stdout;
-    const bool nonfinite = s->n_nan + s->n_inf > 0;
-    if (o->json) {
-        fprintf(f, "%s\n    {\"name\": ", rs->first_json ? "" : ",");
-        rs->first_json = false;
-        cli_json_str(f, t->name, SIZE_MAX);
-        fprintf(f, ", \"type\": \"%s\", \"ne\": ", gguf_type_name(t->type));
-        print_ne(f, t, false);
-        fprintf(f, ", \"shape\": ");
-        print_ne(f, t, true);
-        fprintf(f, ", \"n_elements\": %lld, \"min\": ", (long long)t->n_elements);
-        cli_json_num(f, s->n_finite ? s->min : NAN);
-        fprintf(f, ", \"max\": ");
-        cli_json_num(f, s->n_finite ? s->max : NAN);
-        fprintf(f, ", \"mean\": ");
-        cli_json_num(f, dv_stats_mean(s));
-        fprintf(f, ", \"std\": ");
-        cli_json_num(f, dv_stats_std(s));
-        fprintf(f, ", \"absmax\": ");
-        cli_json_num(f, s->n_finite ? s->absmax : NAN);
-        fprintf(f,
-                ", \"nan\": %llu, \"inf\": %llu, \"blocks\": %llu, \"suspicious_blocks\": "
-                "{\"zero_scale\": %llu, \"nan_scale\": %llu, \"inf_scale\": %llu, "
-                "\"subnormal_scale\": %llu, \"bad_scale_encoding\": %llu}",
-                (unsigned long long)s->n_nan, (unsigned long long)s->n_inf,
-                (unsigned long long)s->n_blocks, (unsigned long long)s->blk_zero,
-                (unsigned long long)s->blk_nan, (unsigned long long)s->blk_inf,
-                (unsigned long long)s->blk_subnormal, (unsigned long long)s->blk_bad_encoding);
-        if (ref) {
-            fprintf(f, ", \"reference\": ");
-            json_ref(f, ref);
-        }
-        if (gpu_state >= 0)
-            fprintf(f, ", \"gpu\": {\"status\": \"%s\", \"differing\": %llu}",
-                    gpu_state == 0 ? "equal" : "different", (unsigned long long)gpu_diff);
-        fputc('}', f);
-        return;
+    rs->json_doc = json_pack("{s:o, s:I, s:s, s:i, s:[]}",
+        "model", cli_json_text(o->model, SIZE_MAX),
+        "parts", (json_int_t)gguf_set_part_count(rs->set),
+        "cpu_path", gguf_dequant_path_name(o->path ? o->path : (int)gguf_dequant_best_path()),
+        "threads", gguf_dequant_pool_size(rs->pool), "tensors");
+    rs->json_tensors = json_object_get(rs->json_doc, "tensors");
+    rs->json_kvb = json_array();
+    if (!rs->json_tensors || !rs->json_kvb)
+        json_report_drop(rs);
+}
+
+static json_t *json_gpu_summary(const run_state *rs)
+{
+    if (!rs->o->gpu)
+        return json_null();
+    if (!rs->gpu_ok)
+        return json_pack("{s:s, s:o}", "status", rs->gpu_failed ? "failed" : "skipped",
+                         "reason", cli_json_text(rs->gpu_why, SIZE_MAX));
+    return json_pack("{s:s, s:I, s:o}", "status", rs->n_gpu_diff ? "different" : "equal",
+                     "tensors_different", (json_int_t)rs->n_gpu_diff,
+                     "device", cli_json_text(rs->gpu_why, SIZE_MAX));
+}
+
+static json_t *json_summary(const run_state *rs, bool ok)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:b}",
+        "tensors", (json_int_t)rs->n_tensors,
+        "nonfinite_tensors", (json_int_t)rs->n_nonfinite_tensors,
+        "nan", (json_int_t)rs->total_nan, "inf", (json_int_t)rs->total_inf,
+        "reference_ok", (json_int_t)rs->n_ref_ok, "reference_failed", (json_int_t)rs->n_ref_fail,
+        "reference_outliers", (json_int_t)rs->n_ref_outlier,
+        "reference_missing", (json_int_t)rs->n_ref_missing, "gpu", json_gpu_summary(rs), "ok", ok);
+}
+
+/* Print the report as it stands. @return 0, or CLI_EXIT_ENV (said). */
+static int json_report_print(run_state *rs)
+{
+    json_t *doc = rs->json_doc;
+    rs->json_doc = rs->json_tensors = NULL;
+    if (rs->json_oom) {
+        cli_errorf(spec.tool, "out of memory building the JSON report");
+        return CLI_EXIT_ENV;
     }
-    const bool bad = (nonfinite && !o->allow_nonfinite) || (ref && ref_failed(ref)) || gpu_state > 0;
-    if (cli_verbosity == 0 && !bad)
+    if (cli_json_print_report(stdout, spec.tool, doc) != 0) {
+        cli_errorf(spec.tool, "cannot write the JSON report");
+        return CLI_EXIT_ENV;
+    }
+    return 0;
+}
+
+/* The whole report: the head and tensors, then "kv_b_proj" and "summary". */
+static int json_report_finish(run_state *rs, bool ok)
+{
+    json_t *kvb = rs->json_kvb;
+    rs->json_kvb = NULL;
+    rs->json_doc = json_with(rs->json_doc, "kv_b_proj", kvb);
+    rs->json_doc = json_with(rs->json_doc, "summary", json_summary(rs, ok));
+    if (!rs->json_doc)
+        json_report_drop(rs);
+    return json_report_print(rs);
+}
+
+/* ---- the text report ---- */
+
+static void print_suspicious(FILE *f, const dv_stats *s)
+{
+    const uint64_t susp = s->blk_zero + s->blk_nan + s->blk_inf + s->blk_subnormal +
+                          s->blk_bad_encoding;
+    if (!susp)
         return;
-    fprintf(f, "%-*s %-7s ", rs->name_width, t->name, gguf_type_name(t->type));
-    print_ne(f, t, false);
+    fprintf(f, "  suspicious blocks:");
+    if (s->blk_zero)
+        fprintf(f, " %llu zero-scale", (unsigned long long)s->blk_zero);
+    if (s->blk_nan)
+        fprintf(f, " %llu NaN-scale", (unsigned long long)s->blk_nan);
+    if (s->blk_inf)
+        fprintf(f, " %llu Inf-scale", (unsigned long long)s->blk_inf);
+    if (s->blk_subnormal)
+        fprintf(f, " %llu subnormal-scale", (unsigned long long)s->blk_subnormal);
+    if (s->blk_bad_encoding)
+        fprintf(f, " %llu bad-scale-byte", (unsigned long long)s->blk_bad_encoding);
+    fprintf(f, " (of %llu)", (unsigned long long)s->n_blocks);
+}
+
+/* "NAME TYPE [ne]  min .. max .. mean .. std .. absmax ..  NaN .. Inf ..  suspicious blocks: .." */
+static void print_tensor_line(FILE *f, int name_width, const gguf_tensor *t, const dv_stats *s)
+{
+    fprintf(f, "%-*s %-7s ", name_width, t->name, gguf_type_name(t->type));
+    print_ne(f, t);
     if (s->n_finite)
         fprintf(f, "  min %.6g max %.6g mean %.6g std %.6g absmax %.6g", s->min, s->max,
                 dv_stats_mean(s), dv_stats_std(s), s->absmax);
     else if (t->n_elements)
         fprintf(f, "  no finite value");
-    if (nonfinite)
+    if (s->n_nan + s->n_inf > 0)
         fprintf(f, "  NaN %llu Inf %llu", (unsigned long long)s->n_nan,
                 (unsigned long long)s->n_inf);
-    const uint64_t susp = s->blk_zero + s->blk_nan + s->blk_inf + s->blk_subnormal +
-                          s->blk_bad_encoding;
-    if (susp) {
-        fprintf(f, "  suspicious blocks:");
-        if (s->blk_zero)
-            fprintf(f, " %llu zero-scale", (unsigned long long)s->blk_zero);
-        if (s->blk_nan)
-            fprintf(f, " %llu NaN-scale", (unsigned long long)s->blk_nan);
-        if (s->blk_inf)
-            fprintf(f, " %llu Inf-scale", (unsigned long long)s->blk_inf);
-        if (s->blk_subnormal)
-            fprintf(f, " %llu subnormal-scale", (unsigned long long)s->blk_subnormal);
-        if (s->blk_bad_encoding)
-            fprintf(f, " %llu bad-scale-byte", (unsigned long long)s->blk_bad_encoding);
-        fprintf(f, " (of %llu)", (unsigned long long)s->n_blocks);
-    }
+    print_suspicious(f, s);
     fputc('\n', f);
-    if (ref) {
-        if (ref->compared)
-            fprintf(f, "%*s   vs %s (%s%s%s): SNR %.1f dB (expected >= %.0f) rel-RMS %.3g  %s%s%s\n",
-                    rs->name_width, "", ref->hf_name, ref->ref_dtype,
-                    strcmp(ref->ref_format, "plain") ? " " : "",
-                    strcmp(ref->ref_format, "plain") ? ref->ref_format : "", ref->snr_db, ref->expect_snr_db,
-                    ref->rel_rms, !strcmp(ref->status, "ok") ? "ok" : "FAIL",
-                    ref->note[0] ? "  " : "", ref->note);
-        if (ref->compared) {
-            print_units(f, rs->name_width + 3, "block", &ref->blocks);
-            print_units(f, rs->name_width + 3, "row", &ref->rows);
-        } else
-            fprintf(f, "%*s   vs %s: %s%s%s\n", rs->name_width, "", ref->hf_name[0] ? ref->hf_name : "-",
-                    !strcmp(ref->status, "shape") ? "SHAPE MISMATCH" : ref->status,
-                    ref->note[0] ? ": " : "", ref->note);
+}
+
+/* "   vs HF_NAME (DTYPE FORMAT): SNR .. dB (expected >= ..) rel-RMS ..  ok|FAIL", and the worst
+ * block and row; or why there was nothing to compare. */
+static void print_ref_lines(FILE *f, int name_width, const dv_ref_result *ref)
+{
+    const bool plain = !strcmp(ref->ref_format, "plain");
+    if (!ref->compared) {
+        fprintf(f, "%*s   vs %s: %s%s%s\n", name_width, "", ref->hf_name[0] ? ref->hf_name : "-",
+                !strcmp(ref->status, "shape") ? "SHAPE MISMATCH" : ref->status,
+                ref->note[0] ? ": " : "", ref->note);
+        return;
     }
+    fprintf(f, "%*s   vs %s (%s%s%s): SNR %.1f dB (expected >= %.0f) rel-RMS %.3g  %s%s%s\n",
+            name_width, "", ref->hf_name, ref->ref_dtype, plain ? "" : " ",
+            plain ? "" : ref->ref_format, ref->snr_db, ref->expect_snr_db, ref->rel_rms,
+            !strcmp(ref->status, "ok") ? "ok" : "FAIL", ref->note[0] ? "  " : "", ref->note);
+    print_units(f, name_width + 3, "block", &ref->blocks);
+    print_units(f, name_width + 3, "row", &ref->rows);
+}
+
+/* One verified tensor: an entry of the JSON report, or its lines of text (every tensor
+ * with -v, the failing ones by default). gpu_state: -1 not run, 0 equal, 1 different. */
+static void report_tensor(run_state *rs, const gguf_tensor *t, const dv_stats *s,
+                          const dv_ref_result *ref, int gpu_state, uint64_t gpu_diff)
+{
+    const dv_opts *o = rs->o;
+    FILE *f = stdout;
+    if (o->json) {
+        json_report_add(rs, rs->json_tensors, json_tensor(t, s, ref, gpu_state, gpu_diff));
+        return;
+    }
+    const bool nonfinite = s->n_nan + s->n_inf > 0;
+    const bool bad =
+        (nonfinite && !o->allow_nonfinite) || (ref && ref_failed(ref)) || gpu_state > 0;
+    if (cli_verbosity == 0 && !bad)
+        return;
+    print_tensor_line(f, rs->name_width, t, s);
+    if (ref)
+        print_ref_lines(f, rs->name_width, ref);
     if (gpu_state > 0)
         fprintf(f, "%*s   GPU: %llu elements differ from the CPU reference\n", rs->name_width, "",
                 (unsigned long long)gpu_diff);
@@ -375,12 +496,8 @@ static void report_kvb(run_state *rs, const dv_ref_result *r, int64_t layer)
     const bool bad = ref_failed(r);
     rs->n_kvb_fail += bad;
     if (rs->o->json) {
-        /* kept for the "kv_b_proj" array printed after "tensors" */
-        kvb_result *n = realloc(rs->kvb_out, sizeof *n * (size_t)(rs->n_kvb_out + 1));
-        if (n) {
-            rs->kvb_out = n;
-            rs->kvb_out[rs->n_kvb_out++] = (kvb_result){layer, *r};
-        }
+        json_report_add(rs, rs->json_kvb, json_pack("{s:I, s:o}", "layer", (json_int_t)layer,
+                                                    "reference", json_ref(r)));
         return;
     }
     if (cli_verbosity == 0 && !bad)
@@ -721,15 +838,8 @@ static int verify_all(run_state *rs, gguf_npy_writer *npy, uint64_t total_bytes,
 {
     const dv_opts *o = rs->o;
     gguf_error err = {0};
-    if (o->json) {
-        printf("{\n  \"tool\": \"gguf-dequant-verify\", \"version\": \"%s\",\n  \"model\": ",
-               GGUFKIT_VERSION);
-        cli_json_str(stdout, o->model, SIZE_MAX);
-        printf(",\n  \"parts\": %u, \"cpu_path\": \"%s\", \"threads\": %d,\n  \"tensors\": [",
-               gguf_set_part_count(rs->set),
-               gguf_dequant_path_name(o->path ? o->path : (int)gguf_dequant_best_path()),
-               gguf_dequant_pool_size(rs->pool));
-    }
+    if (o->json)
+        json_report_start(rs);
     cli_progress_start(&rs->progress, "dequantizing", total_bytes);
     const int64_t n_all = gguf_set_tensor_count(rs->set);
     for (int64_t i = 0; i < n_all; i++) {
@@ -739,8 +849,6 @@ static int verify_all(run_state *rs, gguf_npy_writer *npy, uint64_t total_bytes,
         const int rc = verify_tensor(rs, t, npy, &err);
         if (rc < 0) {
             cli_progress_end(&rs->progress);
-            if (o->json)
-                printf("\n  ]\n}\n");
             return fail(&err, rc);
         }
         *n_failed += rc;
@@ -757,37 +865,6 @@ static int verify_all(run_state *rs, gguf_npy_writer *npy, uint64_t total_bytes,
             report_kvb(rs, &r, rs->kvb[i].layer);
         }
     return -1;
-}
-
-static void summary_json(const run_state *rs, bool ok)
-{
-    printf("\n  ],\n  \"kv_b_proj\": [");
-    for (int64_t i = 0; i < rs->n_kvb_out; i++) {
-        printf("%s\n    {\"layer\": %lld, \"reference\": ", i ? "," : "",
-               (long long)rs->kvb_out[i].layer);
-        json_ref(stdout, &rs->kvb_out[i].ref);
-        printf("}");
-    }
-    printf("%s],\n  \"summary\": {\"tensors\": %lld, \"nonfinite_tensors\": %lld, "
-           "\"nan\": %llu, \"inf\": %llu, \"reference_ok\": %lld, \"reference_failed\": %lld, "
-           "\"reference_outliers\": %lld, \"reference_missing\": %lld, \"gpu\": ",
-           rs->n_kvb_out ? "\n  " : "", (long long)rs->n_tensors, (long long)rs->n_nonfinite_tensors,
-           (unsigned long long)rs->total_nan, (unsigned long long)rs->total_inf,
-           (long long)rs->n_ref_ok, (long long)rs->n_ref_fail, (long long)rs->n_ref_outlier,
-           (long long)rs->n_ref_missing);
-    if (!rs->o->gpu)
-        printf("null");
-    else if (!rs->gpu_ok) {
-        printf("{\"status\": \"%s\", \"reason\": ", rs->gpu_failed ? "failed" : "skipped");
-        cli_json_str(stdout, rs->gpu_why, SIZE_MAX);
-        printf("}");
-    } else {
-        printf("{\"status\": \"%s\", \"tensors_different\": %lld, \"device\": ",
-               rs->n_gpu_diff ? "different" : "equal", (long long)rs->n_gpu_diff);
-        cli_json_str(stdout, rs->gpu_why, SIZE_MAX);
-        printf("}");
-    }
-    printf(", \"ok\": %s}\n}\n", ok ? "true" : "false");
 }
 
 static void summary_text(const run_state *rs)
@@ -824,7 +901,8 @@ static void run_state_free(run_state *rs)
         free(rs->kvb[i].vx);
     }
     free(rs->kvb);
-    free(rs->kvb_out);
+    json_decref(rs->json_doc);
+    json_decref(rs->json_kvb);
     free(rs->buf);
     if (rs->o->gpu)
         dv_gpu_release();
@@ -833,13 +911,47 @@ static void run_state_free(run_state *rs)
     gguf_set_free(rs->set);
 }
 
+/* Commit the .npy of --dump. @return -1 to go on, or the exit code. */
+static int commit_dump(gguf_npy_writer **npy)
+{
+    if (!*npy)
+        return -1;
+    gguf_error err = {0};
+    const int rc = gguf_npy_writer_commit(*npy, &err);
+    gguf_npy_writer_free(*npy);
+    *npy = NULL;
+    return rc ? fail(&err, rc) : -1;
+}
+
+/* The summary of a run that went to the end. @return the exit code. */
+static int finish(run_state *rs, int64_t n_failed)
+{
+    const dv_opts *o = rs->o;
+    const bool nonfinite_fail = rs->n_nonfinite_tensors > 0 && !o->allow_nonfinite;
+    const bool ok = n_failed == 0 && rs->n_kvb_fail == 0;
+    int ret = CLI_EXIT_OK;
+    if (nonfinite_fail || !ok)
+        ret = CLI_EXIT_DIFF;
+    else if (rs->gpu_failed)
+        ret = CLI_EXIT_ENV; /* a GPU that errs is an environment failure, not a skip */
+    if (!o->json)
+        summary_text(rs);
+    else if (json_report_finish(rs, ok) != 0)
+        return CLI_EXIT_ENV;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_errorf(spec.tool, "cannot write the output");
+        return CLI_EXIT_ENV;
+    }
+    return ret;
+}
+
 int main(int argc, char **argv)
 {
     dv_opts o = {.chunk_elems = 16u << 20};
     int ret = parse_args(&o, argc, argv);
     if (ret >= 0)
         return ret;
-    run_state rs = {.o = &o, .first_json = true};
+    run_state rs = {.o = &o};
     gguf_npy_writer *npy = NULL;
     uint64_t total_bytes = 0;
     int64_t n_failed = 0;
@@ -847,34 +959,13 @@ int main(int argc, char **argv)
         goto done;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if ((ret = verify_all(&rs, npy, total_bytes, &n_failed)) >= 0)
+    if ((ret = verify_all(&rs, npy, total_bytes, &n_failed)) >= 0 ||
+        (ret = commit_dump(&npy)) >= 0)
         goto done;
-    ret = CLI_EXIT_OK;
-    if (npy) {
-        gguf_error err = {0};
-        const int rc = gguf_npy_writer_commit(npy, &err);
-        gguf_npy_writer_free(npy);
-        npy = NULL;
-        if (rc) {
-            ret = fail(&err, rc);
-            goto done;
-        }
-    }
-    const bool nonfinite_fail = rs.n_nonfinite_tensors > 0 && !o.allow_nonfinite;
-    const bool ok = n_failed == 0 && rs.n_kvb_fail == 0;
-    if (o.json)
-        summary_json(&rs, ok);
-    else
-        summary_text(&rs);
-    if (nonfinite_fail || !ok)
-        ret = CLI_EXIT_DIFF;
-    else if (rs.gpu_failed)
-        ret = CLI_EXIT_ENV; /* a GPU that errs is an environment failure, not a skip */
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        cli_errorf(spec.tool, "cannot write the output");
-        ret = CLI_EXIT_ENV;
-    }
+    ret = finish(&rs, n_failed);
 done:
+    if (rs.json_doc) /* stopped by an error: the tensors verified so far, without a summary */
+        json_report_print(&rs);
     gguf_npy_writer_free(npy);
     run_state_free(&rs);
     if (o.have_regex)
