@@ -106,7 +106,7 @@ CASES = {
     "ok--llama-swish": j(dict(LLAMA, hidden_act="swish")),
     "GGUF_E_BAD_VALUE--not-json": b'{"hidden_size": 128,',
     "GGUF_E_BAD_VALUE--not-object": b"[1, 2]",
-    "GGUF_E_BAD_VALUE--duplicate-key": b'{"hidden_size": 1, "hidden_size": 2}',
+    "GGUF_E_DUPLICATE--duplicate-key": b'{"hidden_size": 1, "hidden_size": 2}',
     "GGUF_E_BAD_UTF8--invalid-utf8": b'{"model_type": "ll\xffama"}',
     "GGUF_E_LIMIT--deep": b'{"a":' * 40 + b"1" + b"}" * 40,
     "GGUF_E_NOT_FOUND--no-architecture": j(drop(LLAMA, "architectures", "model_type")),

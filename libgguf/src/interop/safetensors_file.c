@@ -218,19 +218,6 @@ static int cmp_begin(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int map_json_error(const json_error_t *je)
-{
-    switch (json_error_code(je)) {
-    case json_error_invalid_utf8:
-    case json_error_null_byte_in_key:
-    case json_error_null_character: return GGUF_E_BAD_UTF8;
-    case json_error_duplicate_key: return GGUF_E_DUPLICATE;
-    case json_error_stack_overflow: return GGUF_E_LIMIT;
-    case json_error_out_of_memory: return GGUF_E_NOMEM;
-    default: return GGUF_E_BAD_VALUE;
-    }
-}
-
 static int parse_header(gguf_st_file *f, gguf_error *err)
 {
     const char *path = f->path;
@@ -261,7 +248,7 @@ static int parse_header(gguf_st_file *f, gguf_error *err)
     json_error_t je;
     json_t *root = json_loadb(h, (size_t)n, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        const int code = map_json_error(&je);
+        const int code = gguf_json_error_status(&je);
         return gguf_fail(err, code, 8 + (uint64_t)je.position, "%s: header: %s%s", path,
                          code == GGUF_E_BAD_UTF8 ? "invalid UTF-8: " : "", je.text);
     }

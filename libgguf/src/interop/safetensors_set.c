@@ -61,9 +61,8 @@ static int load_json(const char *path, json_t **out, gguf_error *err)
     *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     free(buf);
     if (!*out)
-        return gguf_fail(err, json_error_code(&je) == json_error_invalid_utf8 ? GGUF_E_BAD_UTF8
-                                                                              : GGUF_E_BAD_VALUE,
-                         (uint64_t)je.position, "%s: %s (line %d)", path, je.text, je.line);
+        return gguf_fail(err, gguf_json_error_status(&je), (uint64_t)je.position,
+                         "%s: %s (line %d)", path, je.text, je.line);
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;

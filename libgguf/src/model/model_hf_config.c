@@ -791,9 +791,8 @@ int model_hf_config_parse(model_hf_config *out, const char *json, size_t len, co
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return gguf_fail(err, json_error_code(&je) == json_error_invalid_utf8 ? GGUF_E_BAD_UTF8
-                                                                              : GGUF_E_BAD_VALUE,
-                         (uint64_t)je.position, "%s: %s (line %d)", name, je.text, je.line);
+        return gguf_fail(err, gguf_json_error_status(&je), (uint64_t)je.position,
+                         "%s: %s (line %d)", name, je.text, je.line);
     cfg c = {.root = root, .name = name, .err = err};
     int rc = json_is_object(root)
                  ? parse(&c, out)

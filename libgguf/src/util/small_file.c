@@ -1,6 +1,8 @@
-/* Small files read whole, and JSON nesting measured before parsing. */
+/* Small files read whole, JSON nesting measured before parsing, and what a
+ * jansson load error means. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -77,6 +79,19 @@ int gguf_read_small_file(const char *path, size_t max_bytes, char **out, size_t 
     if (len)
         *len = got;
     return 0;
+}
+
+int gguf_json_error_status(const struct json_error_t *je)
+{
+    switch (json_error_code(je)) {
+    case json_error_invalid_utf8:
+    case json_error_null_byte_in_key:
+    case json_error_null_character: return GGUF_E_BAD_UTF8;
+    case json_error_duplicate_key: return GGUF_E_DUPLICATE;
+    case json_error_stack_overflow: return GGUF_E_LIMIT;
+    case json_error_out_of_memory: return GGUF_E_NOMEM;
+    default: return GGUF_E_BAD_VALUE;
+    }
 }
 
 int gguf_json_depth(const char *s, size_t n, int limit)
