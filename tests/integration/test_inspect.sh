@@ -82,6 +82,6 @@ if have_shared models/stories260K.gguf hf/deepseek_v3/model-q8_0.gguf; then
     contains "$T/out" "tokenizer.ggml.seperator_token_id"
     contains "$T/out" "(512 string)"
     expect 0 "$I" --json "$SHARED/hf/deepseek_v3/model-q8_0.gguf"
-    contains "$T/out" '"name":"blk.0.attn_k_b.weight","type":"Q8_0","shape":[64,256,4]'
+    contains "$T/out" '"name": "blk.0.attn_k_b.weight", "type": "Q8_0", "shape": [64, 256, 4]'
 fi
 finish

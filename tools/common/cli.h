@@ -132,6 +132,10 @@ struct json_t *cli_json_number(double v);
 /* A string of n bytes (strlen when n == SIZE_MAX); bytes that are not UTF-8
  * become U+FFFD; NULL s gives null. NULL out of memory. */
 struct json_t *cli_json_text(const char *s, size_t n);
+/* A uint64 as an exact JSON integer, also above INT64_MAX where jansson's integers
+ * (signed 64-bit) end: such a value is printed by cli_json_print only (json_dumpf
+ * refuses it). NULL out of memory. */
+struct json_t *cli_json_u64(uint64_t v);
 /* Print doc on one line and a newline: keys in insertion order, ", " and ": "
  * between items, or "," and ":" when compact. Takes the reference (doc is
  * freed). @return 0, or -1 when doc is NULL (a constructor ran out of memory)

@@ -3,8 +3,11 @@
  * printed here, so that escaping, UTF-8 and separators are jansson's, in one
  * place, and no tool strings JSON together with printf.
  */
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +21,105 @@ struct json_t *cli_json_number(double v)
     if (v == floor(v) && fabs(v) < 9007199254740992.0)
         return json_integer((json_int_t)v);
     return json_real(v);
+}
+
+/*
+ * jansson's integers are signed 64-bit, so a uint64 above INT64_MAX (a GGUF file may
+ * hold one) cannot be a json_integer. It travels as a string no other constructor can
+ * make: its first byte is 0xFF, which is never UTF-8 (json_string, json_pack and
+ * cli_json_text all insist on UTF-8), then its digits; cli_json_print writes the digits
+ * bare, so that the number stays a number, exact.
+ */
+#define BIG_U64_TAG '\xFF'
+
+struct json_t *cli_json_u64(uint64_t v)
+{
+    if (v <= (uint64_t)INT64_MAX)
+        return json_integer((json_int_t)v);
+    char tagged[24];
+    const int n = snprintf(tagged, sizeof tagged, "%c%" PRIu64, BIG_U64_TAG, v);
+    return json_stringn_nocheck(tagged, (size_t)n);
+}
+
+/* The digits of a cli_json_u64 above INT64_MAX; NULL for any other value. */
+static const char *big_u64_digits(const json_t *v)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    return s && s[0] == BIG_U64_TAG ? s + 1 : NULL;
+}
+
+static bool holds_big_u64(json_t *v)
+{
+    size_t i;
+    const char *key;
+    json_t *e;
+    if (big_u64_digits(v))
+        return true;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e)
+            if (holds_big_u64(e))
+                return true;
+    } else if (json_is_object(v)) {
+        json_object_foreach(v, key, e)
+            if (holds_big_u64(e))
+                return true;
+    }
+    return false;
+}
+
+/* json_dumpf, with the stream's lock taken once per document rather than once per token:
+ * a vocabulary is a million small writes. */
+static int write_unlocked(const char *buf, size_t size, void *out)
+{
+    return fwrite_unlocked(buf, 1, size, out) == size ? 0 : -1;
+}
+
+static int dump(const json_t *v, FILE *out, size_t flags)
+{
+    flockfile(out);
+    const int rc = json_dump_callback(v, write_unlocked, out, flags);
+    funlockfile(out);
+    return rc;
+}
+
+/* What json_dumpf prints (one line, the separators flags ask for), the big uint64s
+ * included: containers are walked here, every key and other value is jansson's. */
+static int dump_walk(json_t *v, FILE *out, size_t flags)
+{
+    const char *digits = big_u64_digits(v);
+    if (digits)
+        return fputs(digits, out) < 0 ? -1 : 0;
+    const bool compact = flags & JSON_COMPACT;
+    const char *comma = compact ? "," : ", ", *colon = compact ? ":" : ": ";
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        if (fputc('[', out) == EOF)
+            return -1;
+        json_array_foreach(v, i, e)
+            if ((i && fputs(comma, out) < 0) || dump_walk(e, out, flags) != 0)
+                return -1;
+        return fputc(']', out) == EOF ? -1 : 0;
+    }
+    if (json_is_object(v)) {
+        const char *key;
+        size_t key_len;
+        json_t *e;
+        bool first = true;
+        if (fputc('{', out) == EOF)
+            return -1;
+        json_object_keylen_foreach(v, key, key_len, e) {
+            json_t *k = json_stringn(key, key_len);
+            const int rc = !k || (!first && fputs(comma, out) < 0) || dump(k, out, flags) != 0 ||
+                           fputs(colon, out) < 0 || dump_walk(e, out, flags) != 0;
+            json_decref(k);
+            if (rc)
+                return -1;
+            first = false;
+        }
+        return fputc('}', out) == EOF ? -1 : 0;
+    }
+    return dump(v, out, flags);
 }
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
@@ -90,8 +192,8 @@ int cli_json_print(FILE *out, struct json_t *doc, bool compact)
     if (!doc)
         return -1;
     /* one line (no indent); ", " and ": " between items unless compact */
-    const int rc = json_dumpf(doc, out, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17) |
-                                            (compact ? JSON_COMPACT : 0));
+    const size_t flags = JSON_ENCODE_ANY | JSON_REAL_PRECISION(17) | (compact ? JSON_COMPACT : 0);
+    const int rc = holds_big_u64(doc) ? dump_walk(doc, out, flags) : dump(doc, out, flags);
     json_decref(doc);
     if (rc != 0)
         return -1;

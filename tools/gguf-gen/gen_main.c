@@ -1,6 +1,7 @@
 /* gguf-gen: deterministic test models (see docs/gguf-gen.md). */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -154,20 +155,51 @@ typedef struct pending {
     const char *arg;
 } pending;
 
-/* One line per file written: path, tensors, keys, size (read back through the library). */
-static void print_summary(const char *out, uint32_t n_parts, bool json, uint64_t seed, bool sparse)
+/* --json: what was written, read back through the library (schema: docs/gguf-gen.md).
+ * @return 0, or -1 out of memory or when the write failed. */
+static int print_json(const gguf_set *s, uint64_t seed, bool sparse)
+{
+    uint64_t nbytes = 0;
+    for (int64_t i = 0; i < gguf_set_tensor_count(s); i++)
+        nbytes += gguf_set_tensor_at(s, i)->nbytes;
+    const gguf_kv *arch = gguf_file_kv_find(gguf_set_meta(s), "general.architecture");
+    json_t *files = json_array();
+    for (uint32_t i = 0; files && i < gguf_set_part_count(s); i++) {
+        const gguf_file *f = gguf_set_part(s, i);
+        if (json_array_append_new(files, json_pack("{s:o, s:I, s:I, s:I}",
+                "path", cli_json_text(gguf_file_path(f), SIZE_MAX),
+                "size", (json_int_t)gguf_file_size(f),
+                "n_tensors", (json_int_t)gguf_file_tensor_count(f),
+                "n_kv", (json_int_t)gguf_file_kv_count(f))) != 0) {
+            json_decref(files);
+            files = NULL;
+        }
+    }
+    json_t *doc = json_pack("{s:o, s:o, s:b, s:I, s:o, s:o}",
+        "arch", arch && arch->value.type == GGUF_VALUE_STRING
+                    ? cli_json_text(arch->value.v.str.data, (size_t)arch->value.v.str.len)
+                    : json_null(),
+        "seed", cli_json_u64(seed), "sparse", sparse,
+        "n_tensors", (json_int_t)gguf_set_tensor_count(s), "nbytes", cli_json_u64(nbytes),
+        "files", files);
+    return cli_json_print_report(stdout, GEN_TOOL, doc);
+}
+
+/* One line per file written: path, tensors, keys, size (read back through the library);
+ * or the JSON of print_json. @return an exit code. */
+static int print_summary(const char *out, uint32_t n_parts, bool json, uint64_t seed, bool sparse)
 {
     if (cli_verbosity == 0 && !json)
-        return;
+        return CLI_EXIT_OK;
     char *name = malloc(strlen(out) + 64);
     if (!name)
-        return;
+        return CLI_EXIT_ENV;
     if (n_parts > 0) {
         size_t n = strlen(out);
         char *prefix = strdup(out);
         if (!prefix) {
             free(name);
-            return;
+            return CLI_EXIT_ENV;
         }
         if (n > 5 && !strcmp(prefix + n - 5, ".gguf"))
             prefix[n - 5] = 0;
@@ -176,32 +208,13 @@ static void print_summary(const char *out, uint32_t n_parts, bool json, uint64_t
     } else {
         strcpy(name, out);
     }
+    int ret = CLI_EXIT_OK;
     gguf_set *s = NULL;
     if (json && gguf_set_open(&s, name, NULL, NULL) == 0) {
-        /* schema: docs/gguf-gen.md */
-        uint64_t nbytes = 0;
-        for (int64_t i = 0; i < gguf_set_tensor_count(s); i++)
-            nbytes += gguf_set_tensor_at(s, i)->nbytes;
-        const gguf_file *m = gguf_set_meta(s);
-        const gguf_kv *arch = gguf_file_kv_find(m, "general.architecture");
-        cli_json_begin(stdout, "gguf-gen");
-        printf(",\"arch\":");
-        if (arch && arch->value.type == GGUF_VALUE_STRING)
-            cli_json_str(stdout, arch->value.v.str.data, (size_t)arch->value.v.str.len);
-        else
-            printf("null");
-        printf(",\"seed\":%llu,\"sparse\":%s,\"n_tensors\":%lld,\"nbytes\":%llu,\"files\":[",
-               (unsigned long long)seed, sparse ? "true" : "false",
-               (long long)gguf_set_tensor_count(s), (unsigned long long)nbytes);
-        for (uint32_t i = 0; i < gguf_set_part_count(s); i++) {
-            const gguf_file *f = gguf_set_part(s, i);
-            printf("%s{\"path\":", i ? "," : "");
-            cli_json_str(stdout, gguf_file_path(f), SIZE_MAX);
-            printf(",\"size\":%llu,\"n_tensors\":%lld,\"n_kv\":%lld}",
-                   (unsigned long long)gguf_file_size(f), (long long)gguf_file_tensor_count(f),
-                   (long long)gguf_file_kv_count(f));
+        if (print_json(s, seed, sparse) != 0) {
+            cli_errorf(GEN_TOOL, "cannot write the JSON report");
+            ret = CLI_EXIT_ENV;
         }
-        printf("]}\n");
     } else if (gguf_set_open(&s, name, NULL, NULL) == 0) {
         for (uint32_t i = 0; i < gguf_set_part_count(s); i++) {
             const gguf_file *f = gguf_set_part(s, i);
@@ -213,6 +226,7 @@ static void print_summary(const char *out, uint32_t n_parts, bool json, uint64_t
     }
     gguf_set_free(s);
     free(name);
+    return ret;
 }
 
 int main(int argc, char **argv)
@@ -464,8 +478,7 @@ int main(int argc, char **argv)
         rc = cli_exit_code(st);
         goto done;
     }
-    print_summary(out, n_parts, json, wo.seed, wo.sparse);
-    rc = CLI_EXIT_OK;
+    rc = print_summary(out, n_parts, json, wo.seed, wo.sparse);
 done:
     gen_plan_free(&plan);
     gen_types_free(&ty);

@@ -25,10 +25,9 @@ typedef struct inspect_digests {
 bool inspect_match(const inspect_opts *o, const char *name);
 void inspect_print_text(FILE *out, const gguf_set *s, const inspect_opts *o,
                         const inspect_digests *d);
-void inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
-                        const inspect_digests *d);
-/* One metadata value as JSON (arrays in full). */
-void inspect_json_value(FILE *out, const gguf_value *v);
+/* @return 0, or -1 when out of memory or the write failed (nothing or a part printed). */
+int inspect_print_json(FILE *out, const gguf_set *s, const inspect_opts *o,
+                       const inspect_digests *d);
 
 /* --tokenize / --detokenize (inspect_tok.c). */
 typedef struct inspect_tok_opts {

@@ -160,10 +160,13 @@ int main(int argc, char **argv)
         for (uint32_t i = 0; i < parts; i++)
             gguf_digest_file(gguf_set_part(s, i), &d.files[i]);
     }
-    if (o.json)
-        inspect_print_json(stdout, s, &o, &d);
-    else
+    if (!o.json) {
         inspect_print_text(stdout, s, &o, &d);
+    } else if (inspect_print_json(stdout, s, &o, &d) != 0) {
+        cli_errorf(spec.tool, "cannot write the JSON report");
+        ret = CLI_EXIT_ENV;
+        goto flush;
+    }
     if (o.filter.set) {
         /* the names the filter looked at: keys, tensors or both */
         const gguf_file *meta = gguf_set_meta(s);

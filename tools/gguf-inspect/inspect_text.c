@@ -1,4 +1,6 @@
 /* gguf-inspect's readable summary: header, metadata, tensor table, totals. */
+#include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "cli.h"
@@ -23,6 +25,35 @@ static void text_str(FILE *out, const char *s, uint64_t n, uint64_t max)
         fprintf(out, "... (%llu bytes)", (unsigned long long)n);
 }
 
+/* A number or bool: integers exactly, floats in the shortest form that reads back to the
+ * same float32 / float64 (integral ones as integers). */
+static void text_scalar(FILE *out, const gguf_value *v)
+{
+    switch (v->type) {
+    case GGUF_VALUE_UINT8: fprintf(out, "%u", v->v.u8); break;
+    case GGUF_VALUE_INT8: fprintf(out, "%d", v->v.i8); break;
+    case GGUF_VALUE_UINT16: fprintf(out, "%u", v->v.u16); break;
+    case GGUF_VALUE_INT16: fprintf(out, "%d", v->v.i16); break;
+    case GGUF_VALUE_UINT32: fprintf(out, "%" PRIu32, v->v.u32); break;
+    case GGUF_VALUE_INT32: fprintf(out, "%" PRId32, v->v.i32); break;
+    case GGUF_VALUE_UINT64: fprintf(out, "%" PRIu64, v->v.u64); break;
+    case GGUF_VALUE_INT64: fprintf(out, "%" PRId64, v->v.i64); break;
+    case GGUF_VALUE_FLOAT32:
+    case GGUF_VALUE_FLOAT64: {
+        const double d = v->type == GGUF_VALUE_FLOAT32 ? (double)v->v.f32 : v->v.f64;
+        if (d != d || d - d != 0)
+            fputs("null", out);
+        else if (d == (double)(int64_t)d && d > -1e15 && d < 1e15 && (d != 0 || !signbit(d)))
+            fprintf(out, "%" PRId64, (int64_t)d);
+        else
+            fprintf(out, v->type == GGUF_VALUE_FLOAT32 ? "%.9g" : "%.17g", d);
+        break;
+    }
+    case GGUF_VALUE_BOOL: fputs(v->v.b ? "true" : "false", out); break;
+    default: fputs("null", out);
+    }
+}
+
 static void text_value(FILE *out, const gguf_value *v, int depth)
 {
     if (v->type == GGUF_VALUE_STRING) {
@@ -30,7 +61,7 @@ static void text_value(FILE *out, const gguf_value *v, int depth)
         return;
     }
     if (v->type != GGUF_VALUE_ARRAY) {
-        inspect_json_value(out, v);
+        text_scalar(out, v);
         return;
     }
     uint64_t n = v->v.arr.n;

@@ -2,6 +2,7 @@
  * gguf-inspect --tokenize TEXT / --detokenize IDS: the model's tokenizer
  * (gguf/tokenize.h) on text or ids, as text or JSON (docs/gguf-inspect.md).
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,24 +117,156 @@ static void print_piece(FILE *out, const char *s, size_t n)
     fputc('"', out);
 }
 
-static void print_hex(FILE *out, const char *s, size_t n)
+/* The bytes as lowercase hex digits (the exact bytes, where "piece" and "text" show
+ * U+FFFD for those that are not UTF-8). */
+static json_t *hex_json(const char *s, size_t n)
 {
-    fputc('"', out);
-    for (size_t i = 0; i < n; i++)
-        fprintf(out, "%02x", (unsigned char)s[i]);
-    fputc('"', out);
+    char *hex = malloc(2 * n + 1);
+    if (!hex)
+        return NULL;
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        hex[2 * i] = digits[(unsigned char)s[i] >> 4];
+        hex[2 * i + 1] = digits[(unsigned char)s[i] & 15];
+    }
+    json_t *v = json_stringn(hex, 2 * n);
+    free(hex);
+    return v;
 }
 
-static void json_head(FILE *out, const char *path, const gguf_tokenizer *tk)
+/* Appends v to *a; out of memory, both are freed and *a becomes NULL (the report is then
+ * not printed, rather than printed with an element missing). */
+static void append(json_t **a, json_t *v)
 {
-    cli_json_begin(out, "gguf-inspect");
-    fputs(",\"model\":", out);
-    cli_json_str(out, path, SIZE_MAX);
-    fputs(",\"tokenizer\":", out);
-    cli_json_str(out, gguf_tokenizer_model(tk), SIZE_MAX);
-    fputs(",\"pre\":", out);
-    cli_json_str(out, gguf_tokenizer_pre(tk), SIZE_MAX);
-    fprintf(out, ",\"n_vocab\":%lld", (long long)gguf_tokenizer_n_vocab(tk));
+    if (json_array_append_new(*a, v) != 0) {
+        json_decref(*a);
+        *a = NULL;
+    }
+}
+
+static json_t *token_json(const gguf_tokenizer *tk, int32_t id)
+{
+    const char *p;
+    size_t pl;
+    gguf_token_piece(tk, id, true, &p, &pl);
+    return json_pack("{s:i, s:o, s:o, s:s}", "id", (int)id, "piece", cli_json_text(p, pl),
+                     "hex", hex_json(p, pl), "type", type_name(gguf_tokenizer_token_type(tk, id)));
+}
+
+/*
+ * The JSON values of each token id, made at its first use and then shared by reference
+ * (jansson counts them): a text repeats its tokens, and a token object of its own per
+ * token (some hundreds of bytes) would make the report of a few MB of text take GB.
+ */
+typedef struct id_values {
+    const gguf_tokenizer *tk;
+    int64_t n_vocab;
+    json_t **number; /* by id: the id as a number, NULL until used */
+    json_t **token;  /* by id: {"id", "piece", "hex", "type"}, NULL until used */
+} id_values;
+
+static int id_values_init(id_values *v, const gguf_tokenizer *tk)
+{
+    v->tk = tk;
+    v->n_vocab = gguf_tokenizer_n_vocab(tk);
+    v->number = calloc((size_t)v->n_vocab + 1, sizeof *v->number);
+    v->token = calloc((size_t)v->n_vocab + 1, sizeof *v->token);
+    return v->number && v->token ? 0 : -1;
+}
+
+static void id_values_free(id_values *v)
+{
+    for (int64_t i = 0; i < v->n_vocab; i++) {
+        json_decref(v->number ? v->number[i] : NULL);
+        json_decref(v->token ? v->token[i] : NULL);
+    }
+    free(v->number);
+    free(v->token);
+}
+
+/* The number id and the token object of id, shared, with a reference for the caller. Ids
+ * come from the tokenizer or passed gguf_detokenize's check: all are in the vocabulary. */
+static json_t *id_number(id_values *v, int32_t id)
+{
+    if (id < 0 || id >= v->n_vocab)
+        return json_integer(id);
+    if (!v->number[id])
+        v->number[id] = json_integer(id);
+    return json_incref(v->number[id]);
+}
+
+static json_t *id_token(id_values *v, int32_t id)
+{
+    if (id < 0 || id >= v->n_vocab)
+        return token_json(v->tk, id);
+    if (!v->token[id])
+        v->token[id] = token_json(v->tk, id);
+    return json_incref(v->token[id]);
+}
+
+static json_t *ids_json(id_values *v, const int32_t *ids, int64_t n)
+{
+    json_t *a = json_array();
+    for (int64_t i = 0; a && i < n; i++)
+        append(&a, id_number(v, ids[i]));
+    return a;
+}
+
+/* The keys both reports start with, after tool and version; then the report's own. */
+static int print_report(const char *path, const gguf_tokenizer *tk, json_t *own)
+{
+    json_t *doc = json_pack("{s:o, s:o, s:o, s:I}", "model", cli_json_text(path, SIZE_MAX),
+        "tokenizer", cli_json_text(gguf_tokenizer_model(tk), SIZE_MAX),
+        "pre", cli_json_text(gguf_tokenizer_pre(tk), SIZE_MAX),
+        "n_vocab", (json_int_t)gguf_tokenizer_n_vocab(tk));
+    if (!own || (doc && json_object_update(doc, own) != 0)) {
+        json_decref(doc);
+        doc = NULL;
+    }
+    json_decref(own);
+    return cli_json_print_report(stdout, "gguf-inspect", doc);
+}
+
+/* --tokenize --json: the ids, then each token's piece, bytes and type. */
+static int print_tokens_json(const char *path, const gguf_tokenizer *tk, const inspect_tok_opts *o,
+                             bool bos, bool eos, const int32_t *ids, int64_t n)
+{
+    id_values v;
+    json_t *own = NULL;
+    if (id_values_init(&v, tk) == 0) {
+        json_t *tokens = json_array();
+        for (int64_t i = 0; tokens && i < n; i++)
+            append(&tokens, id_token(&v, ids[i]));
+        own = json_pack("{s:b, s:b, s:b, s:I, s:o, s:o}", "add_bos", bos, "add_eos", eos,
+                        "parse_special", !o->no_special, "n_tokens", (json_int_t)n,
+                        "ids", ids_json(&v, ids, n), "tokens", tokens);
+    }
+    id_values_free(&v);
+    return print_report(path, tk, own);
+}
+
+/* --detokenize --json: the ids, the text (U+FFFD for bytes that are not UTF-8) and its
+ * bytes. */
+static int print_text_json(const char *path, const gguf_tokenizer *tk, const inspect_tok_opts *o,
+                           const int32_t *ids, int64_t n, const char *text, size_t len)
+{
+    size_t at = 0;
+    while (at < len) {
+        const size_t l = (unsigned char)text[at] < 0x80
+                             ? 1
+                             : utf8_char((const unsigned char *)text + at, len - at);
+        if (!l)
+            break;
+        at += l;
+    }
+    id_values v;
+    json_t *own = NULL;
+    if (id_values_init(&v, tk) == 0)
+        own = json_pack("{s:b, s:o, s:o, s:o, s:b}", "special", !o->no_special,
+                        "ids", ids_json(&v, ids, n), "text", cli_json_text(text, len),
+                        "hex", hex_json(text, len), "utf8", at == len);
+    id_values_free(&v);
+    return print_report(path, tk, own);
 }
 
 static int do_tokenize(const char *tool, const char *path, const gguf_tokenizer *tk,
@@ -154,25 +287,12 @@ static int do_tokenize(const char *tool, const char *path, const gguf_tokenizer 
     }
     const bool bos = o->add_bos == GGUF_TOK_AUTO ? gguf_tokenizer_add_bos(tk) : o->add_bos;
     const bool eos = o->add_eos == GGUF_TOK_AUTO ? gguf_tokenizer_add_eos(tk) : o->add_eos;
+    int ret = CLI_EXIT_OK;
     if (o->json) {
-        json_head(stdout, path, tk);
-        printf(",\"add_bos\":%s,\"add_eos\":%s,\"parse_special\":%s,\"n_tokens\":%lld,\"ids\":[",
-               bos ? "true" : "false", eos ? "true" : "false", o->no_special ? "false" : "true",
-               (long long)n);
-        for (int64_t i = 0; i < n; i++)
-            printf("%s%d", i ? "," : "", ids[i]);
-        fputs("],\"tokens\":[", stdout);
-        for (int64_t i = 0; i < n; i++) {
-            const char *p;
-            size_t pl;
-            gguf_token_piece(tk, ids[i], true, &p, &pl);
-            printf("%s{\"id\":%d,\"piece\":", i ? "," : "", ids[i]);
-            cli_json_str(stdout, p, (size_t)pl);
-            fputs(",\"hex\":", stdout);
-            print_hex(stdout, p, pl);
-            printf(",\"type\":\"%s\"}", type_name(gguf_tokenizer_token_type(tk, ids[i])));
+        if (print_tokens_json(path, tk, o, bos, eos, ids, n) != 0) {
+            cli_errorf(tool, "cannot write the JSON report");
+            ret = CLI_EXIT_ENV;
         }
-        fputs("]}\n", stdout);
     } else {
         printf("tokenizer: %s, pre %s, %lld tokens; BOS %s, EOS %s, special tokens %s\n",
                gguf_tokenizer_model(tk), gguf_tokenizer_pre(tk),
@@ -195,7 +315,7 @@ static int do_tokenize(const char *tool, const char *path, const gguf_tokenizer 
         }
     }
     free(ids);
-    return CLI_EXIT_OK;
+    return ret;
 }
 
 /* "1,2,3", "1 2 3" or "[1, 2, 3]". */
@@ -256,31 +376,17 @@ static int do_detokenize(const char *tool, const char *path, const gguf_tokenize
         return cli_exit_code(rc);
     }
     if (o->json) {
-        json_head(stdout, path, tk);
-        printf(",\"special\":%s,\"ids\":[", o->no_special ? "false" : "true");
-        for (int64_t i = 0; i < n; i++)
-            printf("%s%d", i ? "," : "", ids[i]);
-        fputs("],\"text\":", stdout);
-        cli_json_str(stdout, text, (size_t)len);
-        fputs(",\"hex\":", stdout);
-        print_hex(stdout, text, len);
-        size_t at = 0;
-        while (at < len) {
-            const size_t l = (unsigned char)text[at] < 0x80
-                                 ? 1
-                                 : utf8_char((const unsigned char *)text + at, len - at);
-            if (!l)
-                break;
-            at += l;
+        if (print_text_json(path, tk, o, ids, n, text, len) != 0) {
+            cli_errorf(tool, "cannot write the JSON report");
+            ret = CLI_EXIT_ENV;
         }
-        printf(",\"utf8\":%s}\n", at == len ? "true" : "false");
     } else {
         fwrite(text, 1, len, stdout);
         putchar('\n');
     }
     free(text);
     free(ids);
-    return CLI_EXIT_OK;
+    return ret;
 }
 
 int inspect_tok_run(const char *tool, const char *path, const gguf_set *s,

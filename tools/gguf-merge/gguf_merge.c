@@ -123,14 +123,35 @@ static void print_plan_text(const gguf_set *in, const gguf_split_plan *p, const 
                (unsigned long long)p->parts[k].header_size);
 }
 
-static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_split_report *r,
-                       bool dry_run)
+/* Appends v to *a; out of memory, both are freed and *a becomes NULL, so that a report
+ * with an element missing is never printed. */
+static void append(json_t **a, json_t *v)
+{
+    if (json_array_append_new(*a, v) != 0) {
+        json_decref(*a);
+        *a = NULL;
+    }
+}
+
+/* Sets key in *o the same way. */
+static void set(json_t **o, const char *key, json_t *v)
+{
+    if (json_object_set_new(*o, key, v) != 0) {
+        json_decref(*o);
+        *o = NULL;
+    }
+}
+
+/* The plan, and after a run what it did (r). Sizes are file sizes: int64 holds them.
+ * @return 0, or -1 out of memory or when the write failed. */
+static int print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_split_report *r,
+                      bool dry_run)
 {
     json_t *inputs = json_array(), *outputs = json_array();
-    for (uint32_t i = 0; i < gguf_set_part_count(in); i++)
-        json_array_append_new(inputs, cli_json_text(gguf_file_path(gguf_set_part(in, i)), SIZE_MAX));
-    for (uint32_t k = 0; k < p->n_parts; k++)
-        json_array_append_new(outputs, json_pack("{s:o, s:I, s:I, s:I, s:I}",
+    for (uint32_t i = 0; inputs && i < gguf_set_part_count(in); i++)
+        append(&inputs, cli_json_text(gguf_file_path(gguf_set_part(in, i)), SIZE_MAX));
+    for (uint32_t k = 0; outputs && k < p->n_parts; k++)
+        append(&outputs, json_pack("{s:o, s:I, s:I, s:I, s:I}",
             "path", cli_json_text(p->parts[k].path, SIZE_MAX),
             "tensors", (json_int_t)p->parts[k].count, "first", (json_int_t)p->parts[k].first,
             "size", (json_int_t)p->parts[k].size, "header_size", (json_int_t)p->parts[k].header_size));
@@ -140,26 +161,23 @@ static void print_json(const gguf_set *in, const gguf_split_plan *p, const gguf_
         "total_size", (json_int_t)p->total_size, "layout", gguf_merge_layout_name(p->layout),
         "layout_block", p->layout == GGUF_LAYOUT_ALIGNED ? json_integer(p->block) : json_null(),
         "outputs", outputs);
-    if (doc && r) {
+    if (r) {
         /* Only a verification has a verification time: a manifest without
          * --verify reads the outputs back too, reported as seconds_digest. */
-        json_object_set_new(doc, "seconds_write", cli_json_number(r->seconds_copy));
-        json_object_set_new(doc, "seconds_verify",
-                            r->verified ? cli_json_number(r->seconds_verify) : json_null());
-        json_object_set_new(doc, "seconds_digest", r->verified || r->have_digests
-                                                       ? cli_json_number(r->seconds_digest)
-                                                       : json_null());
-        json_object_set_new(doc, "copy_ranges", json_integer((json_int_t)r->n_ranges));
-        json_object_set_new(doc, "verified", json_boolean(r->verified));
-        json_object_set_new(doc, "deleted_inputs", json_integer(r->n_deleted));
+        set(&doc, "seconds_write", cli_json_number(r->seconds_copy));
+        set(&doc, "seconds_verify", r->verified ? cli_json_number(r->seconds_verify) : json_null());
+        set(&doc, "seconds_digest", r->verified || r->have_digests
+                                        ? cli_json_number(r->seconds_digest)
+                                        : json_null());
+        set(&doc, "copy_ranges", json_integer((json_int_t)r->n_ranges));
+        set(&doc, "verified", json_boolean(r->verified));
+        set(&doc, "deleted_inputs", json_integer(r->n_deleted));
         if (r->have_digests) {
             char hex[GGUF_DIGEST_HEX];
-            json_object_set_new(doc, "model_digest",
-                                json_string(gguf_digest_hex(&r->model_digest, hex)));
+            set(&doc, "model_digest", json_string(gguf_digest_hex(&r->model_digest, hex)));
         }
     }
-    if (cli_json_print_report(stdout, "gguf-merge", doc) != 0)
-        cli_errorf(SPEC.tool, "cannot write the JSON report");
+    return cli_json_print_report(stdout, "gguf-merge", doc);
 }
 
 int main(int argc, char **argv)
@@ -260,6 +278,7 @@ int main(int argc, char **argv)
     gguf_split_plan *plan = NULL;
     gguf_split_report *rep = NULL;
     progress_ctx pc = {0};
+    bool json_failed = false;
     int rc = gguf_split_open_input(&set, input, &err);
     if (rc)
         goto done;
@@ -274,7 +293,7 @@ int main(int argc, char **argv)
     if (dry_run) {
         rc = gguf_split_check_outputs(set, plan, jo.overwrite, &err);
         if (json)
-            print_json(set, plan, NULL, true);
+            json_failed = print_json(set, plan, NULL, true) != 0;
         else if (cli_verbosity > 0)
             print_plan_text(set, plan, input);
         goto done;
@@ -291,7 +310,7 @@ int main(int argc, char **argv)
     if (manifest && (rc = gguf_split_manifest_write(manifest, set, plan, rep, jo.overwrite, &err)))
         goto done;
     if (json) {
-        print_json(set, plan, rep, false);
+        json_failed = print_json(set, plan, rep, false) != 0;
     } else if (cli_verbosity > 0) {
         char hb[32];
         double mbs = rep->seconds_copy > 0 ? (double)plan->total_size / rep->seconds_copy / 1e6
@@ -319,8 +338,10 @@ int main(int argc, char **argv)
 done:
     if (rc)
         cli_error(TOOL, &err);
+    if (json_failed)
+        cli_errorf(TOOL, "cannot write the JSON report");
     gguf_split_report_free(rep);
     gguf_split_plan_free(plan);
     gguf_set_free(set);
-    return cli_exit_code(rc);
+    return rc ? cli_exit_code(rc) : json_failed ? CLI_EXIT_ENV : CLI_EXIT_OK;
 }

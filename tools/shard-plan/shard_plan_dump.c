@@ -4,6 +4,7 @@
  * differing tensor named with the catalog fault that explains it. The work is in
  * libgguf (gguf/shard_dump.h); this file parses options and prints.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,57 @@ static void shape_str(char *out, size_t n, const int64_t *s, int nd)
         k += snprintf(out + k, n - (size_t)k, "%s%lld", d ? ", " : "", (long long)s[d]);
     if ((size_t)k < n)
         snprintf(out + k, n - (size_t)k, "]");
+}
+
+/* A finding's shape, or null (a dump that lacks the tensor has no shape; an unknown one no
+ * expected shape). */
+static json_t *shape_json(const int64_t *s, int nd, bool none)
+{
+    if (none)
+        return json_null();
+    json_t *a = json_array();
+    for (int d = 0; a && d < nd; d++)
+        if (json_array_append_new(a, json_integer(s[d])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return a;
+}
+
+static json_t *finding_json(const gguf_dump_finding *f)
+{
+    const bool no_dump = f->status == GGUF_DUMP_MISSING || f->status == GGUF_DUMP_ABSENT;
+    return json_pack("{s:i, s:o, s:s, s:o, s:o, s:o, s:b, s:o}", "rank", f->rank,
+        "param", cli_json_text(f->param, SIZE_MAX), "status", gguf_dump_status_name(f->status),
+        "rel_l2", cli_json_number(f->status == GGUF_DUMP_DIFFERS ? f->rel_l2 : NAN),
+        "shape", shape_json(f->shape, f->n_dims, no_dump),
+        "expected_shape", shape_json(f->want, f->want_dims, f->status == GGUF_DUMP_UNKNOWN),
+        "padded", f->padded,
+        "fault", f->fault ? json_string(gguf_fault_name(f->fault)) : json_null());
+}
+
+/* --json (schema in docs/engine-dumps.md): every finding but the ok ones.
+ * @return 0, or -1 out of memory or when the write failed. */
+static int print_json(const gguf_dump_check *ck, const gguf_shard_opts *o, const char *model,
+                      const char *dump, int64_t bad, int64_t absent, int64_t unknown)
+{
+    json_t *findings = json_array();
+    for (int64_t i = 0; findings && i < gguf_dump_check_count(ck); i++) {
+        const gguf_dump_finding *f = gguf_dump_check_at(ck, i);
+        if (f->status != GGUF_DUMP_OK && json_array_append_new(findings, finding_json(f)) != 0) {
+            json_decref(findings);
+            findings = NULL;
+        }
+    }
+    json_t *doc = json_pack("{s:o, s:o, s:s, s:i, s:i, s:{s:o}, s:i, s:I, s:o, s:I, s:I, s:I, s:b}",
+        "model", cli_json_text(model, SIZE_MAX), "dump", cli_json_text(dump, SIZE_MAX),
+        "engine", gguf_engine_name(o->engine), "tp", o->tp, "ep", o->ep > 1 ? o->ep : 1,
+        "tolerances", "rel_l2", cli_json_number(GGUF_DUMP_TOLERANCE),
+        "files", gguf_dump_check_files(ck),
+        "params_per_rank", (json_int_t)gguf_dump_check_params(ck),
+        "findings", findings, "failed", (json_int_t)bad, "absent", (json_int_t)absent,
+        "unknown", (json_int_t)unknown, "ok", bad == 0);
+    return cli_json_print_report(stdout, SP_TOOL " check-dump", doc);
 }
 
 int sp_check_dump_main(int argc, char **argv)
@@ -119,36 +171,11 @@ int sp_check_dump_main(int argc, char **argv)
     }
     char a[96], b[96];
     if (json) {
-        cli_json_begin(stdout, SP_TOOL " check-dump");
-        printf(", \"model\": ");
-        cli_json_str(stdout, pos[0], SIZE_MAX);
-        printf(", \"dump\": ");
-        cli_json_str(stdout, pos[1], SIZE_MAX);
-        printf(", \"engine\": \"%s\", \"tp\": %d, \"ep\": %d, \"tolerances\": {\"rel_l2\": %g}, "
-               "\"files\": %d, \"params_per_rank\": %lld, \"findings\": [",
-               gguf_engine_name(o.engine), o.tp, o.ep > 1 ? o.ep : 1, GGUF_DUMP_TOLERANCE,
-               gguf_dump_check_files(ck), (long long)gguf_dump_check_params(ck));
-        int first = 1;
-        for (int64_t i = 0; i < n; i++) {
-            const gguf_dump_finding *f = gguf_dump_check_at(ck, i);
-            if (f->status == GGUF_DUMP_OK)
-                continue;
-            shape_str(a, sizeof a, f->shape, f->n_dims);
-            shape_str(b, sizeof b, f->want, f->want_dims);
-            printf("%s\n  {\"rank\": %d, \"param\": ", first ? "" : ",", f->rank);
-            cli_json_str(stdout, f->param, SIZE_MAX);
-            printf(", \"status\": \"%s\", \"rel_l2\": ", gguf_dump_status_name(f->status));
-            cli_json_num(stdout, f->status == GGUF_DUMP_DIFFERS ? f->rel_l2 : NAN);
-            const bool no_dump = f->status == GGUF_DUMP_MISSING || f->status == GGUF_DUMP_ABSENT;
-            printf(", \"shape\": %s, \"expected_shape\": %s, \"padded\": %s, \"fault\": %s%s%s}",
-                   no_dump ? "null" : a, f->status == GGUF_DUMP_UNKNOWN ? "null" : b,
-                   f->padded ? "true" : "false", f->fault ? "\"" : "",
-                   f->fault ? gguf_fault_name(f->fault) : "null", f->fault ? "\"" : "");
-            first = 0;
+        if (print_json(ck, &o, pos[0], pos[1], bad, absent, unknown) != 0) {
+            cli_errorf(DSPEC.tool, "cannot write the JSON report");
+            ret = CLI_EXIT_ENV;
+            goto done;
         }
-        printf("%s], \"failed\": %lld, \"absent\": %lld, \"unknown\": %lld, \"ok\": %s}\n",
-               first ? "" : "\n", (long long)bad, (long long)absent, (long long)unknown,
-               bad ? "false" : "true");
     } else {
         for (int64_t i = 0; i < n; i++) {
             const gguf_dump_finding *f = gguf_dump_check_at(ck, i);

@@ -259,10 +259,15 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    if (a.json)
-        sp_print_json(stdout, p, &a);
-    else if (cli_verbosity > 0 || !a.shards_dir)
+    if (a.json) {
+        if (sp_print_json(stdout, p, &a) != 0) {
+            cli_errorf(SP_TOOL, "cannot write the JSON report");
+            exit_code = CLI_EXIT_ENV;
+            goto done;
+        }
+    } else if (cli_verbosity > 0 || !a.shards_dir) {
         sp_print_text(stdout, p, &a);
+    }
     if (a.filter.set && (a.json || cli_verbosity > 0 || !a.shards_dir)) {
         for (int64_t i = 0; i < gguf_shard_plan_count(p); i++)
             cli_filter_match(&a.filter, gguf_shard_plan_at(p, i)->name);

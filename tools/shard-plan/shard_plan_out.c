@@ -1,5 +1,6 @@
 /* shard-plan: the text and JSON reports. */
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -164,123 +165,127 @@ void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a)
 
 /* ---------------- JSON ---------------- */
 
-static void jints(FILE *out, const int64_t *v, int n)
+/* Appends v to *a; out of memory, both are freed and *a becomes NULL, so that a plan with
+ * an element missing is never printed. */
+static void append(json_t **a, json_t *v)
 {
-    fputc('[', out);
-    for (int k = 0; k < n; k++)
-        fprintf(out, "%s%" PRId64, k ? "," : "", v[k]);
-    fputc(']', out);
+    if (json_array_append_new(*a, v) != 0) {
+        json_decref(*a);
+        *a = NULL;
+    }
 }
 
-static void jstr_or_null(FILE *out, const char *s)
+static json_t *ints_json(const int64_t *v, int n)
 {
-    if (s)
-        cli_json_str(out, s, SIZE_MAX);
-    else
-        fputs("null", out);
+    json_t *a = json_array();
+    for (int k = 0; a && k < n; k++)
+        append(&a, json_integer(v[k]));
+    return a;
 }
 
-void sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a)
+/* Each fault as FAULT or FAULT@LAYER, the spelling of --fault and of a record's fault. */
+static json_t *faults_json(const sp_args *a)
 {
-    const gguf_model *m = gguf_shard_plan_model(p);
-    const gguf_hparams *hp = gguf_model_hparams(m);
+    json_t *faults = json_array();
+    for (int k = 0; faults && k < a->n_faults; k++) {
+        const int64_t layer = a->fault_layers[k] >= 0 ? a->fault_layers[k] : a->fault_layer;
+        const char *name = gguf_fault_name(a->faults[k]);
+        append(&faults, layer >= 0 ? json_sprintf("%s@%" PRId64, name, layer) : json_string(name));
+    }
+    return faults;
+}
+
+static json_t *runtime_json(const gguf_shard_runtime *rt)
+{
+    return json_pack("{s:s, s:o, s:o, s:b, s:b, s:o, s:b}",
+        "rope_pairs", rt->rope_pairs == GGUF_ROPE_ADJACENT ? "adjacent" : "half",
+        "attn_scale", cli_json_number(rt->attn_scale),
+        "routed_scale", cli_json_number(rt->routed_scale),
+        "use_exp_probs_b", rt->use_exp_probs_b, "norm_topk", rt->norm_topk,
+        "shared_scale", cli_json_number(rt->shared_scale),
+        "mla_cache_replicated", rt->mla_cache_replicated);
+}
+
+static json_t *piece_json(const gguf_shard_plan *p, const gguf_shard_piece *pc)
+{
+    return json_pack("{s:o, s:b, s:o, s:o, s:I}",
+        "src", cli_json_text(gguf_shard_plan_at(p, pc->src)->name, SIZE_MAX),
+        "transpose", pc->transpose, "lo", ints_json(pc->lo, 4), "hi", ints_json(pc->hi, 4),
+        "dst", (json_int_t)pc->dst);
+}
+
+/* What rank r holds of e. Byte counts are sizes of tensors in memory: int64 holds them. */
+static json_t *slice_json(const gguf_shard_plan *p, const gguf_shard_tensor *e, int r)
+{
+    const gguf_shard_slice *s = &e->ranks[r];
+    json_t *pieces = json_array();
+    for (int32_t k = 0; pieces && k < s->n_pieces; k++)
+        append(&pieces, piece_json(p, &s->pieces[k]));
+    return json_pack("{s:i, s:o, s:o, s:I, s:I, s:b, s:o, s:o}", "rank", r,
+        "ne", ints_json(s->ne, (int)dims_of(e)),
+        "range", s->range_lo >= 0 ? json_pack("[I, I]", (json_int_t)s->range_lo,
+                                              (json_int_t)s->range_hi)
+                                  : json_null(),
+        "pad", (json_int_t)s->pad, "bytes", (json_int_t)s->bytes, "quant_cut_ok", s->quant_cut_ok,
+        "reason", cli_json_text(s->quant_cut_ok ? NULL : s->reason, SIZE_MAX), "pieces", pieces);
+}
+
+/* One entry of the plan; a NULL hf_name or fused is null (cli_json_text). */
+static json_t *tensor_json(const gguf_shard_plan *p, const gguf_shard_tensor *e)
+{
+    json_t *ranks = json_array();
+    for (int r = 0; ranks && r < gguf_shard_plan_ranks(p); r++)
+        append(&ranks, slice_json(p, e, r));
+    return json_pack("{s:o, s:o, s:s, s:I, s:s, s:i, s:i, s:i, s:o, s:i, s:b, s:b, s:b, s:s, "
+                     "s:o, s:o}",
+        "name", cli_json_text(e->name, SIZE_MAX), "hf_name", cli_json_text(e->hf_name, SIZE_MAX),
+        "role", gguf_role_name(e->role), "layer", (json_int_t)e->layer,
+        "rule", gguf_shard_rule_name(e->rule), "split_dim", e->split_dim,
+        "expert_dim", e->expert_dim, "cat_dim", e->cat_dim,
+        "fused", cli_json_text(e->fused, SIZE_MAX),
+        "slot", e->slot, "reduce_sum", e->reduce_sum, "virtual", e->is_virtual,
+        "consumed", e->consumed, "type", gguf_type_name(e->type),
+        "ne", ints_json(e->ne, (int)dims_of(e)), "ranks", ranks);
+}
+
+static json_t *checks_json(const gguf_shard_plan *p)
+{
+    json_t *checks = json_array();
+    for (int64_t i = 0; checks && i < gguf_shard_plan_check_count(p); i++) {
+        const gguf_shard_check *c = gguf_shard_plan_check_at(p, i);
+        append(&checks, json_pack("{s:s, s:o, s:o, s:o}", "level", level_name(c->level),
+            "code", cli_json_text(c->code, SIZE_MAX), "tensor", cli_json_text(c->tensor, SIZE_MAX),
+            "message", cli_json_text(c->message, SIZE_MAX)));
+    }
+    return checks;
+}
+
+int sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a)
+{
+    const gguf_hparams *hp = gguf_model_hparams(gguf_shard_plan_model(p));
     const gguf_shard_opts *o = gguf_shard_plan_opts(p);
     const int tp = gguf_shard_plan_ranks(p);
-    cli_json_begin(out, SP_TOOL);
-    fputs(",\"model\":", out);
-    cli_json_str(out, a->model, SIZE_MAX);
-    fputs(",\"arch\":", out);
-    cli_json_str(out, hp->arch_name, SIZE_MAX);
-    fprintf(out, ",\"engine\":\"%s\",\"tp\":%d,\"ep\":%d,\"moe_tp\":%d,\"vocab_pad\":%d",
-            gguf_engine_name(o->engine), tp, o->ep > 1 ? o->ep : 1, gguf_shard_plan_moe_tp(p),
-            o->vocab_pad);
-    /* each fault as FAULT or FAULT@LAYER, the spelling of --fault and of a record's fault */
-    fputs(",\"faults\":[", out);
-    for (int k = 0; k < a->n_faults; k++) {
-        const int64_t layer = a->fault_layers[k] >= 0 ? a->fault_layers[k] : a->fault_layer;
-        fprintf(out, "%s\"%s", k ? "," : "", gguf_fault_name(a->faults[k]));
-        if (layer >= 0)
-            fprintf(out, "@%lld", (long long)layer);
-        fputc('"', out);
-    }
-    fputc(']', out);
-    const gguf_shard_runtime *rt = gguf_shard_plan_runtime(p);
-    fprintf(out, ",\"runtime\":{\"rope_pairs\":\"%s\",\"attn_scale\":",
-            rt->rope_pairs == GGUF_ROPE_ADJACENT ? "adjacent" : "half");
-    cli_json_num(out, rt->attn_scale);
-    fputs(",\"routed_scale\":", out);
-    cli_json_num(out, rt->routed_scale);
-    fprintf(out, ",\"use_exp_probs_b\":%s,\"norm_topk\":%s,\"shared_scale\":",
-            rt->use_exp_probs_b ? "true" : "false", rt->norm_topk ? "true" : "false");
-    cli_json_num(out, rt->shared_scale);
-    fprintf(out, ",\"mla_cache_replicated\":%s}", rt->mla_cache_replicated ? "true" : "false");
-    fputs(",\"tensors\":[", out);
-    bool first = true;
-    for (int64_t i = 0; i < gguf_shard_plan_count(p); i++) {
+    json_t *tensors = json_array();
+    for (int64_t i = 0; tensors && i < gguf_shard_plan_count(p); i++) {
         const gguf_shard_tensor *e = gguf_shard_plan_at(p, i);
-        if (!cli_filter_test(&a->filter, e->name))
-            continue;
-        fputs(first ? "\n{" : ",\n{", out);
-        first = false;
-        fputs("\"name\":", out);
-        cli_json_str(out, e->name, SIZE_MAX);
-        fputs(",\"hf_name\":", out);
-        jstr_or_null(out, e->hf_name);
-        fprintf(out, ",\"role\":\"%s\",\"layer\":%" PRId64 ",\"rule\":\"%s\"",
-                gguf_role_name(e->role), e->layer, gguf_shard_rule_name(e->rule));
-        fprintf(out, ",\"split_dim\":%d,\"expert_dim\":%d,\"cat_dim\":%d,\"fused\":", e->split_dim,
-                e->expert_dim, e->cat_dim);
-        jstr_or_null(out, e->fused);
-        fprintf(out, ",\"slot\":%d,\"reduce_sum\":%s,\"virtual\":%s,\"consumed\":%s", e->slot,
-                e->reduce_sum ? "true" : "false", e->is_virtual ? "true" : "false",
-                e->consumed ? "true" : "false");
-        fprintf(out, ",\"type\":\"%s\",\"ne\":", gguf_type_name(e->type));
-        jints(out, e->ne, (int)dims_of(e));
-        fputs(",\"ranks\":[", out);
-        for (int r = 0; r < tp; r++) {
-            const gguf_shard_slice *s = &e->ranks[r];
-            fprintf(out, "%s{\"rank\":%d,\"ne\":", r ? "," : "", r);
-            jints(out, s->ne, (int)dims_of(e));
-            if (s->range_lo >= 0)
-                fprintf(out, ",\"range\":[%" PRId64 ",%" PRId64 "]", s->range_lo, s->range_hi);
-            else
-                fputs(",\"range\":null", out);
-            fprintf(out, ",\"pad\":%" PRId64 ",\"bytes\":%" PRIu64 ",\"quant_cut_ok\":%s,\"reason\":",
-                    s->pad, s->bytes, s->quant_cut_ok ? "true" : "false");
-            jstr_or_null(out, s->quant_cut_ok ? NULL : s->reason);
-            fputs(",\"pieces\":[", out);
-            for (int32_t k = 0; k < s->n_pieces; k++) {
-                const gguf_shard_piece *pc = &s->pieces[k];
-                fprintf(out, "%s{\"src\":", k ? "," : "");
-                cli_json_str(out, gguf_shard_plan_at(p, pc->src)->name, SIZE_MAX);
-                fprintf(out, ",\"transpose\":%s,\"lo\":", pc->transpose ? "true" : "false");
-                jints(out, pc->lo, 4);
-                fputs(",\"hi\":", out);
-                jints(out, pc->hi, 4);
-                fprintf(out, ",\"dst\":%" PRId64 "}", pc->dst);
-            }
-            fputs("]}", out);
-        }
-        fputs("]}", out);
+        if (cli_filter_test(&a->filter, e->name))
+            append(&tensors, tensor_json(p, e));
     }
-    fputs("\n],\"checks\":[", out);
-    for (int64_t i = 0; i < gguf_shard_plan_check_count(p); i++) {
-        const gguf_shard_check *c = gguf_shard_plan_check_at(p, i);
-        fprintf(out, "%s\n{\"level\":\"%s\",\"code\":\"%s\",\"tensor\":", i ? "," : "",
-                level_name(c->level), c->code);
-        jstr_or_null(out, c->tensor);
-        fputs(",\"message\":", out);
-        cli_json_str(out, c->message, SIZE_MAX);
-        fputc('}', out);
-    }
+    json_t *rank_bytes = json_array();
+    for (int r = 0; rank_bytes && r < tp; r++)
+        append(&rank_bytes, json_integer((json_int_t)gguf_shard_plan_rank_bytes(p, r)));
     int big;
-    uint64_t mx = gguf_shard_plan_max_rank_bytes(p, &big);
-    fputs("\n],\"rank_bytes\":[", out);
-    for (int r = 0; r < tp; r++)
-        fprintf(out, "%s%" PRIu64, r ? "," : "", gguf_shard_plan_rank_bytes(p, r));
-    fprintf(out, "],\"max_rank\":%d,\"max_rank_bytes\":%" PRIu64 ",\"errors\":%" PRId64
-                 ",\"warnings\":%" PRId64 "}\n",
-            big, mx, gguf_shard_plan_check_worst(p, GGUF_CHECK_ERROR),
-            gguf_shard_plan_check_worst(p, GGUF_CHECK_WARN) -
-                gguf_shard_plan_check_worst(p, GGUF_CHECK_ERROR));
+    const uint64_t mx = gguf_shard_plan_max_rank_bytes(p, &big);
+    const int64_t errors = gguf_shard_plan_check_worst(p, GGUF_CHECK_ERROR);
+    const int64_t warnings = gguf_shard_plan_check_worst(p, GGUF_CHECK_WARN) - errors;
+    json_t *doc = json_pack("{s:o, s:o, s:s, s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:i, "
+                            "s:I, s:I, s:I}",
+        "model", cli_json_text(a->model, SIZE_MAX), "arch", cli_json_text(hp->arch_name, SIZE_MAX),
+        "engine", gguf_engine_name(o->engine), "tp", tp, "ep", o->ep > 1 ? o->ep : 1,
+        "moe_tp", gguf_shard_plan_moe_tp(p), "vocab_pad", o->vocab_pad, "faults", faults_json(a),
+        "runtime", runtime_json(gguf_shard_plan_runtime(p)), "tensors", tensors,
+        "checks", checks_json(p), "rank_bytes", rank_bytes, "max_rank", big,
+        "max_rank_bytes", (json_int_t)mx, "errors", (json_int_t)errors,
+        "warnings", (json_int_t)warnings);
+    return cli_json_print_report(out, SP_TOOL, doc);
 }

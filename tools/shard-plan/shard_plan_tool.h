@@ -31,8 +31,9 @@ typedef struct sp_args {
 
 /* Text report to out. */
 void sp_print_text(FILE *out, const gguf_shard_plan *p, const sp_args *a);
-/* JSON report to out (schema in docs/shard-plan.md). */
-void sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a);
+/* JSON report to out, one line (schema in docs/shard-plan.md).
+ * @return 0, or -1 out of memory or when the write failed. */
+int sp_print_json(FILE *out, const gguf_shard_plan *p, const sp_args *a);
 
 /*
  * Write one GGUF per rank into dir plus dir/manifest.txt.
