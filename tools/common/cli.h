@@ -129,6 +129,9 @@ struct json_t;
 /* A number as cli_json_num writes it: NaN/Inf null, integral values as
  * integers, others as reals (17 significant digits). NULL out of memory. */
 struct json_t *cli_json_number(double v);
+/* An integer; 0..255 are shared values (as many uses as wanted, one allocation).
+ * NULL out of memory. */
+struct json_t *cli_json_int(int64_t v);
 /* A string of n bytes (strlen when n == SIZE_MAX); bytes that are not UTF-8
  * become U+FFFD; NULL s gives null. NULL out of memory. */
 struct json_t *cli_json_text(const char *s, size_t n);

@@ -32,12 +32,28 @@ struct json_t *cli_json_number(double v)
  */
 #define BIG_U64_TAG '\xFF'
 
+/* Small integers are shared values (a vocabulary's 150k token types are a few
+ * of them): made once, held here for the process's life, never changed. */
+struct json_t *cli_json_int(int64_t v)
+{
+    static json_t *small[256];
+    if (v < 0 || v >= 256)
+        return json_integer((json_int_t)v);
+    if (!small[v] && !(small[v] = json_integer((json_int_t)v)))
+        return NULL;
+    return json_incref(small[v]);
+}
+
+/* Whether this process ever made one: only then is a document walked for them. */
+static bool big_u64_made;
+
 struct json_t *cli_json_u64(uint64_t v)
 {
     if (v <= (uint64_t)INT64_MAX)
         return json_integer((json_int_t)v);
     char tagged[24];
     const int n = snprintf(tagged, sizeof tagged, "%c%" PRIu64, BIG_U64_TAG, v);
+    big_u64_made = true;
     return json_stringn_nocheck(tagged, (size_t)n);
 }
 
@@ -67,19 +83,47 @@ static bool holds_big_u64(json_t *v)
     return false;
 }
 
-/* json_dumpf, with the stream's lock taken once per document rather than once per token:
- * a vocabulary is a million small writes. */
-static int write_unlocked(const char *buf, size_t size, void *out)
+/* json_dumpf through a buffer of our own: jansson hands over a document in pieces of a
+ * few bytes (a quote, a token, a comma), a vocabulary is a million of them, and a stdio
+ * call per piece cost more than building the values. */
+typedef struct dump_buf {
+    FILE *out;
+    size_t n;
+    bool failed;
+    char b[1 << 16];
+} dump_buf;
+
+static void dump_flush(dump_buf *d)
 {
-    return fwrite_unlocked(buf, 1, size, out) == size ? 0 : -1;
+    if (d->n && fwrite(d->b, 1, d->n, d->out) != d->n)
+        d->failed = true;
+    d->n = 0;
+}
+
+static int dump_piece(const char *buf, size_t size, void *arg)
+{
+    dump_buf *d = arg;
+    if (d->n + size > sizeof d->b)
+        dump_flush(d);
+    if (size > sizeof d->b) {
+        if (fwrite(buf, 1, size, d->out) != size)
+            d->failed = true;
+    } else {
+        memcpy(d->b + d->n, buf, size);
+        d->n += size;
+    }
+    return d->failed ? -1 : 0;
 }
 
 static int dump(const json_t *v, FILE *out, size_t flags)
 {
-    flockfile(out);
-    const int rc = json_dump_callback(v, write_unlocked, out, flags);
-    funlockfile(out);
-    return rc;
+    static dump_buf d; /* a tool prints from one thread */
+    d.out = out;
+    d.n = 0;
+    d.failed = false;
+    const int rc = json_dump_callback(v, dump_piece, &d, flags);
+    dump_flush(&d);
+    return rc || d.failed ? -1 : 0;
 }
 
 /* What json_dumpf prints (one line, the separators flags ask for), the big uint64s
@@ -160,8 +204,8 @@ struct json_t *cli_json_text(const char *s, size_t n)
             break;
         i += l;
     }
-    if (i == n)
-        return json_stringn(s, n);
+    if (i == n) /* checked above: jansson need not check again */
+        return json_stringn_nocheck(s, n);
     /* invalid bytes (a token can end inside a character) become U+FFFD */
     char *b = malloc(3 * n + 1);
     if (!b)
@@ -193,7 +237,8 @@ int cli_json_print(FILE *out, struct json_t *doc, bool compact)
         return -1;
     /* one line (no indent); ", " and ": " between items unless compact */
     const size_t flags = JSON_ENCODE_ANY | JSON_REAL_PRECISION(17) | (compact ? JSON_COMPACT : 0);
-    const int rc = holds_big_u64(doc) ? dump_walk(doc, out, flags) : dump(doc, out, flags);
+    const int rc = big_u64_made && holds_big_u64(doc) ? dump_walk(doc, out, flags)
+                                                      : dump(doc, out, flags);
     json_decref(doc);
     if (rc != 0)
         return -1;

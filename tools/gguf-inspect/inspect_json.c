@@ -36,14 +36,14 @@ static void set(json_t **o, const char *key, json_t *v)
 static json_t *json_scalar(const gguf_value *v)
 {
     switch (v->type) {
-    case GGUF_VALUE_UINT8: return json_integer(v->v.u8);
-    case GGUF_VALUE_INT8: return json_integer(v->v.i8);
-    case GGUF_VALUE_UINT16: return json_integer(v->v.u16);
-    case GGUF_VALUE_INT16: return json_integer(v->v.i16);
-    case GGUF_VALUE_UINT32: return json_integer(v->v.u32);
-    case GGUF_VALUE_INT32: return json_integer(v->v.i32);
+    case GGUF_VALUE_UINT8: return cli_json_int(v->v.u8);
+    case GGUF_VALUE_INT8: return cli_json_int(v->v.i8);
+    case GGUF_VALUE_UINT16: return cli_json_int(v->v.u16);
+    case GGUF_VALUE_INT16: return cli_json_int(v->v.i16);
+    case GGUF_VALUE_UINT32: return cli_json_int(v->v.u32);
+    case GGUF_VALUE_INT32: return cli_json_int(v->v.i32);
     case GGUF_VALUE_UINT64: return cli_json_u64(v->v.u64);
-    case GGUF_VALUE_INT64: return json_integer(v->v.i64);
+    case GGUF_VALUE_INT64: return cli_json_int(v->v.i64);
     /* a float32 as the double it converts to: exact, in 17 significant digits */
     case GGUF_VALUE_FLOAT32: return cli_json_number((double)v->v.f32);
     case GGUF_VALUE_FLOAT64: return cli_json_number(v->v.f64);
