@@ -370,7 +370,6 @@ static int run(ce_opts *o)
     ce_ctx ctx = {0};
     ce_result **res = NULL;
     gguf_diagnosis *diag = NULL;
-    char *diag_json = NULL;
     int ret = CLI_EXIT_USAGE, rc;
     char detected[256] = "";
     gguf_engine_tol tol;
@@ -476,26 +475,26 @@ static int run(ce_opts *o)
         if (!o->engine_given)
             o->diag.engine = ctx.api == GGUF_API_SGLANG ? GGUF_ENGINE_SGLANG : GGUF_ENGINE_VLLM;
         diag_rc = ce_diagnose(&diag, m, res, o->n_prompts, &tol, &o->diag, &diag_err);
-        if (!diag_rc && !(diag_json = ce_diagnosis_json(diag)))
-            diag_rc = gguf_error_setf(&diag_err, GGUF_E_NOMEM, 0, "out of memory");
     }
     const gguf_hparams *hp = gguf_model_hparams(m);
-    ce_report rep = {o->model,
-                     hp->arch_name,
-                     refwd_backend_name(o->backend),
-                     refwd_http_url(ctx.http),
-                     gguf_engine_api_name(ctx.api),
-                     ctx.served_model,
-                     ctx.meta,
-                     &tol,
-                     o->show,
-                     diag_json,
-                     diag,
-                     o->command};
-    if (o->json)
-        ce_print_json(stdout, &rep, res, o->n_prompts, &t);
-    else
+    ce_report rep = {.model_path = o->model,
+                     .arch = hp->arch_name,
+                     .backend = refwd_backend_name(o->backend),
+                     .url = refwd_http_url(ctx.http),
+                     .api = gguf_engine_api_name(ctx.api),
+                     .served_model = ctx.served_model,
+                     .meta = ctx.meta,
+                     .tol = &tol,
+                     .show = o->show,
+                     .diagnosis = diag,
+                     .command = o->command};
+    if (!o->json) {
         ce_print_text(stdout, &rep, res, o->n_prompts, &t);
+    } else if (ce_print_json(stdout, &rep, res, o->n_prompts, &t) != 0) {
+        cli_errorf(spec.tool, "cannot write the JSON report");
+        ret = CLI_EXIT_ENV;
+        goto done;
+    }
     if (!o->json && diag)
         ce_print_diagnosis(stdout, diag, o->show);
     else if (!o->json && o->diagnose && t.agree)
@@ -513,7 +512,6 @@ static int run(ce_opts *o)
     }
     ret = t.agree ? CLI_EXIT_OK : CLI_EXIT_DIFF;
 done:
-    free(diag_json);
     gguf_diagnosis_free(diag);
     for (int i = 0; res && i < o->n_prompts; i++) {
         if (res[i])

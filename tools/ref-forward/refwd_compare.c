@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "gguf/record.h"
 #include "ref_forward.h"
+#include "refwd_json.h"
 
 enum { OPT_JSON = 300, OPT_HTML, OPT_TOL, OPT_ANY_MODEL, OPT_ANY_TOKENS, OPT_ALL, OPT_COMMON };
 
@@ -214,199 +215,124 @@ static void print_table(FILE *out, const gguf_record *a, const gguf_record *b,
                 (long long)res->n_entries);
 }
 
-static void json_key(FILE *out, const char *k, bool *first)
-{
-    fprintf(out, "%s\"%s\":", *first ? "" : ",", k);
-    *first = false;
-}
-
-static void json_record(FILE *out, const gguf_record *r)
+static json_t *json_record(const gguf_record *r)
 {
     const gguf_record_meta *m = gguf_record_get_meta(r);
-    bool f = true;
-    fputc('{', out);
-    json_key(out, "path", &f);
-    cli_json_str(out, gguf_record_path(r), SIZE_MAX);
-    json_key(out, "compressed", &f);
-    fputs(gguf_record_compressed(r) ? "true" : "false", out);
-    json_key(out, "model_digest", &f);
-    cli_json_str(out, m->model_digest, SIZE_MAX);
-    json_key(out, "arch", &f);
-    cli_json_str(out, m->arch, SIZE_MAX);
-    json_key(out, "backend", &f);
-    cli_json_str(out, m->backend, SIZE_MAX);
-    json_key(out, "precision", &f);
-    cli_json_str(out, m->precision, SIZE_MAX);
-    json_key(out, "tp", &f);
-    fprintf(out, "%u", m->tp);
-    json_key(out, "ep", &f);
-    fprintf(out, "%u", m->ep);
-    json_key(out, "ranks", &f);
-    fprintf(out, "%u", m->ranks);
-    json_key(out, "plan_digest", &f);
-    cli_json_str(out, m->plan_digest, SIZE_MAX);
-    json_key(out, "fault", &f);
-    cli_json_str(out, m->fault, SIZE_MAX);
-    json_key(out, "ggufkit_version", &f);
-    cli_json_str(out, m->ggufkit_version, SIZE_MAX);
-    json_key(out, "tokens", &f);
-    fputc('[', out);
-    for (uint64_t i = 0; i < m->n_tokens; i++)
-        fprintf(out, "%s%d", i ? "," : "", m->tokens[i]);
-    fputs("]}", out);
+    json_t *tokens = json_array();
+    for (uint64_t i = 0; tokens && i < m->n_tokens; i++)
+        tokens = refwd_json_push(tokens, json_integer(m->tokens[i]));
+    return json_pack("{s:o, s:b, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:o}",
+                     "path", cli_json_text(gguf_record_path(r), SIZE_MAX),
+                     "compressed", gguf_record_compressed(r),
+                     "model_digest", cli_json_text(m->model_digest, SIZE_MAX),
+                     "arch", cli_json_text(m->arch, SIZE_MAX),
+                     "backend", cli_json_text(m->backend, SIZE_MAX),
+                     "precision", cli_json_text(m->precision, SIZE_MAX),
+                     "tp", (json_int_t)m->tp, "ep", (json_int_t)m->ep,
+                     "ranks", (json_int_t)m->ranks,
+                     "plan_digest", cli_json_text(m->plan_digest, SIZE_MAX),
+                     "fault", cli_json_text(m->fault, SIZE_MAX),
+                     "ggufkit_version", cli_json_text(m->ggufkit_version, SIZE_MAX),
+                     "tokens", tokens);
 }
 
 /* A bound: null when off. */
-static void json_bound(FILE *out, const char *k, double v, bool *f)
+static json_t *json_bound(double v)
 {
-    json_key(out, k, f);
-    if (v < 0)
-        fputs("null", out);
-    else
-        cli_json_num(out, v);
+    return v < 0 ? json_null() : cli_json_number(v);
 }
 
-static void json_over(FILE *out, uint32_t over)
+static json_t *json_tolerances(const gguf_cmp_result *res)
 {
-    fputc('[', out);
-    bool f = true;
-    for (uint32_t bit = 1; bit <= GGUF_CMP_NONFINITE; bit <<= 1)
-        if (over & bit) {
-            fprintf(out, "%s\"%s\"", f ? "" : ",", gguf_cmp_metric_name(bit));
-            f = false;
-        }
-    fputc(']', out);
+    const gguf_tol *t = &res->tol;
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                     "origin", cli_json_text(res->tol_origin, SIZE_MAX),
+                     "rel_l2", json_bound(t->rel_l2), "max_abs", json_bound(t->max_abs),
+                     "cosine", json_bound(t->cosine), "kl", json_bound(t->kl),
+                     "top1", json_bound(t->top1), "top5", json_bound(t->top5),
+                     "experts", json_bound(t->experts));
 }
 
-static void json_num_key(FILE *out, const char *k, double v, bool *f)
+/* The metrics over tolerance, by name: ["rel_l2", "cosine"]. */
+static json_t *json_over(uint32_t over)
 {
-    json_key(out, k, f);
-    cli_json_num(out, v);
+    json_t *a = json_array();
+    for (uint32_t bit = 1; a && bit <= GGUF_CMP_NONFINITE; bit <<= 1)
+        if (over & bit)
+            a = refwd_json_push(a, json_string(gguf_cmp_metric_name(bit)));
+    return a;
 }
 
-static void print_json(FILE *out, const gguf_record *a, const gguf_record *b,
-                       const gguf_cmp_result *res, bool embed)
+static json_t *json_layer(int layer)
 {
-    bool f = false;
-    cli_json_begin(out, REF_FORWARD_TOOL " compare");
-    json_key(out, "schema", &f);
-    fputs("\"ggufkit.compare/1\"", out);
-    json_key(out, "ok", &f);
-    fputs(res->first < 0 ? "true" : "false", out);
-    json_key(out, "a", &f);
-    json_record(out, a);
-    json_key(out, "b", &f);
-    json_record(out, b);
-    json_key(out, "tolerances", &f);
-    {
-        bool g = true;
-        fputc('{', out);
-        json_key(out, "origin", &g);
-        cli_json_str(out, res->tol_origin, SIZE_MAX);
-        json_bound(out, "rel_l2", res->tol.rel_l2, &g);
-        json_bound(out, "max_abs", res->tol.max_abs, &g);
-        json_bound(out, "cosine", res->tol.cosine, &g);
-        json_bound(out, "kl", res->tol.kl, &g);
-        json_bound(out, "top1", res->tol.top1, &g);
-        json_bound(out, "top5", res->tol.top5, &g);
-        json_bound(out, "experts", res->tol.experts, &g);
-        fputc('}', out);
+    return layer >= 0 ? json_integer(layer) : json_null();
+}
+
+static json_t *json_first_divergence(const gguf_cmp_result *res)
+{
+    if (res->first < 0)
+        return json_null();
+    const gguf_cmp_entry *e = &res->entries[res->first];
+    return json_pack("{s:I, s:o, s:o, s:o, s:I, s:o}", "index", (json_int_t)res->first,
+                     "point", cli_json_text(e->point, SIZE_MAX), "layer", json_layer(e->layer),
+                     "op", cli_json_text(e->op, SIZE_MAX), "rank", (json_int_t)e->rank,
+                     "over", json_over(e->over));
+}
+
+/* One comparison: its metrics depend on what the point holds (kind). */
+static json_t *json_entry(const gguf_cmp_entry *e)
+{
+    json_t *o = json_pack("{s:o, s:o, s:o, s:I, s:s, s:I, s:I, s:b, s:o}",
+                          "point", cli_json_text(e->point, SIZE_MAX),
+                          "layer", json_layer(e->layer), "op", cli_json_text(e->op, SIZE_MAX),
+                          "rank", (json_int_t)e->rank, "kind", kind_name(e->kind),
+                          "rows", (json_int_t)e->rows, "cols", (json_int_t)e->cols,
+                          "ok", !e->over, "over", json_over(e->over));
+    if (e->kind != GGUF_CMP_KIND_EXPERTS) {
+        o = refwd_json_put(o, "rel_l2", cli_json_number(e->rel_l2));
+        o = refwd_json_put(o, "max_abs", cli_json_number(e->max_abs));
+        o = refwd_json_put(o, "max_abs_at", json_pack("[I, I]", (json_int_t)e->max_abs_row,
+                                                      (json_int_t)e->max_abs_col));
+        o = refwd_json_put(o, "cosine", cli_json_number(e->cosine));
+        o = refwd_json_put(o, "norm_a", cli_json_number(e->norm_a));
+        o = refwd_json_put(o, "norm_b", cli_json_number(e->norm_b));
+        o = refwd_json_put(o, "nonfinite_a", json_integer(e->nonfinite_a));
+        o = refwd_json_put(o, "nonfinite_b", json_integer(e->nonfinite_b));
     }
-    json_key(out, "ranks", &f);
-    fprintf(out, "%u", res->ranks);
-    json_key(out, "n_comparisons", &f);
-    fprintf(out, "%lld", (long long)res->n_entries);
-    json_key(out, "n_over", &f);
-    fprintf(out, "%lld", (long long)res->n_over);
-    json_key(out, "extra_in_b", &f);
-    fprintf(out, "%lld", (long long)res->extra_in_b);
-    json_key(out, "missing_in_b", &f);
-    fprintf(out, "%lld", (long long)res->missing_in_b);
-    json_key(out, "first_divergence", &f);
-    if (res->first < 0) {
-        fputs("null", out);
-    } else {
-        const gguf_cmp_entry *e = &res->entries[res->first];
-        bool g = true;
-        fputc('{', out);
-        json_key(out, "index", &g);
-        fprintf(out, "%lld", (long long)res->first);
-        json_key(out, "point", &g);
-        cli_json_str(out, e->point, SIZE_MAX);
-        json_key(out, "layer", &g);
-        if (e->layer >= 0)
-            fprintf(out, "%d", e->layer);
-        else
-            fputs("null", out);
-        json_key(out, "op", &g);
-        cli_json_str(out, e->op, SIZE_MAX);
-        json_key(out, "rank", &g);
-        fprintf(out, "%u", e->rank);
-        json_key(out, "over", &g);
-        json_over(out, e->over);
-        fputc('}', out);
+    if (e->kind == GGUF_CMP_KIND_LOGITS) {
+        o = refwd_json_put(o, "kl", cli_json_number(e->kl));
+        o = refwd_json_put(o, "kl_max", cli_json_number(e->kl_max));
+        o = refwd_json_put(o, "kl_max_token", json_integer(e->kl_max_row));
+        o = refwd_json_put(o, "top1", cli_json_number(e->top1));
+        o = refwd_json_put(o, "top5", cli_json_number(e->top5));
     }
-    json_key(out, "entries", &f);
-    fputc('[', out);
-    for (int64_t i = 0; i < res->n_entries; i++) {
-        const gguf_cmp_entry *e = &res->entries[i];
-        bool g = true;
-        fputs(i ? ",{" : "{", out);
-        json_key(out, "point", &g);
-        cli_json_str(out, e->point, SIZE_MAX);
-        json_key(out, "layer", &g);
-        if (e->layer >= 0)
-            fprintf(out, "%d", e->layer);
-        else
-            fputs("null", out);
-        json_key(out, "op", &g);
-        cli_json_str(out, e->op, SIZE_MAX);
-        json_key(out, "rank", &g);
-        fprintf(out, "%u", e->rank);
-        json_key(out, "kind", &g);
-        fprintf(out, "\"%s\"", kind_name(e->kind));
-        json_key(out, "rows", &g);
-        fprintf(out, "%lld", (long long)e->rows);
-        json_key(out, "cols", &g);
-        fprintf(out, "%lld", (long long)e->cols);
-        json_key(out, "ok", &g);
-        fputs(e->over ? "false" : "true", out);
-        json_key(out, "over", &g);
-        json_over(out, e->over);
-        if (e->kind != GGUF_CMP_KIND_EXPERTS) {
-            json_num_key(out, "rel_l2", e->rel_l2, &g);
-            json_num_key(out, "max_abs", e->max_abs, &g);
-            json_key(out, "max_abs_at", &g);
-            fprintf(out, "[%lld,%lld]", (long long)e->max_abs_row, (long long)e->max_abs_col);
-            json_num_key(out, "cosine", e->cosine, &g);
-            json_num_key(out, "norm_a", e->norm_a, &g);
-            json_num_key(out, "norm_b", e->norm_b, &g);
-            json_key(out, "nonfinite_a", &g);
-            fprintf(out, "%lld", (long long)e->nonfinite_a);
-            json_key(out, "nonfinite_b", &g);
-            fprintf(out, "%lld", (long long)e->nonfinite_b);
-        }
-        if (e->kind == GGUF_CMP_KIND_LOGITS) {
-            json_num_key(out, "kl", e->kl, &g);
-            json_num_key(out, "kl_max", e->kl_max, &g);
-            json_key(out, "kl_max_token", &g);
-            fprintf(out, "%lld", (long long)e->kl_max_row);
-            json_num_key(out, "top1", e->top1, &g);
-            json_num_key(out, "top5", e->top5, &g);
-        }
-        if (e->kind == GGUF_CMP_KIND_EXPERTS || e->kind == GGUF_CMP_KIND_WEIGHTS) {
-            json_num_key(out, "experts", e->experts, &g);
-            json_key(out, "experts_first_token", &g);
-            if (e->experts_first_row >= 0)
-                fprintf(out, "%lld", (long long)e->experts_first_row);
-            else
-                fputs("null", out);
-        }
-        fputc('}', out);
+    if (e->kind == GGUF_CMP_KIND_EXPERTS || e->kind == GGUF_CMP_KIND_WEIGHTS) {
+        o = refwd_json_put(o, "experts", cli_json_number(e->experts));
+        o = refwd_json_put(o, "experts_first_token", e->experts_first_row >= 0
+                                                         ? json_integer(e->experts_first_row)
+                                                         : json_null());
     }
-    fputs("]}", out);
-    if (!embed)
-        fputc('\n', out);
+    return o;
+}
+
+/* The ggufkit.compare/1 object (docs/records.md). @return 0, or -1 out of
+ * memory or when out cannot be written. */
+static int print_json(FILE *out, const gguf_record *a, const gguf_record *b,
+                      const gguf_cmp_result *res)
+{
+    json_t *entries = json_array();
+    for (int64_t i = 0; entries && i < res->n_entries; i++)
+        entries = refwd_json_push(entries, json_entry(&res->entries[i]));
+    json_t *doc = json_pack("{s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o, s:o}",
+                            "schema", "ggufkit.compare/1", "ok", res->first < 0,
+                            "a", json_record(a), "b", json_record(b),
+                            "tolerances", json_tolerances(res), "ranks", (json_int_t)res->ranks,
+                            "n_comparisons", (json_int_t)res->n_entries,
+                            "n_over", (json_int_t)res->n_over,
+                            "extra_in_b", (json_int_t)res->extra_in_b,
+                            "missing_in_b", (json_int_t)res->missing_in_b,
+                            "first_divergence", json_first_divergence(res), "entries", entries);
+    return cli_json_print_report(out, REF_FORWARD_TOOL " compare", doc);
 }
 
 /* -q's line. The record's path leads it, unless the record is a temporary file
@@ -464,9 +390,13 @@ int refwd_compare_files(const char *ref_path, const char *test_path,
     }
     if (args->tol)
         snprintf(res->tol_origin, sizeof res->tol_origin, "--tol %.50s", args->tol);
-    if (args->json)
-        print_json(out, a, b, res, args->json_embed);
-    else if (cli_verbosity == 0 && rc == GGUF_E_MISMATCH)
+    if (args->json) {
+        if (print_json(out, a, b, res) != 0) {
+            cli_errorf(tool, "cannot write the JSON report");
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
+    } else if (cli_verbosity == 0 && rc == GGUF_E_MISMATCH)
         print_first_divergence(out, b, &err, args->tmp_b); /* -q: one line */
     else if (cli_verbosity > 0)
         print_table(out, a, b, res, args->all || cli_verbosity > 1, args->tmp_a, args->tmp_b);

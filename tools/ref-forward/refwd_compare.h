@@ -20,7 +20,6 @@ typedef struct refwd_compare_args {
     const char *tol;      /* --tol SPEC on top of the defaults, or NULL */
     const char *html;     /* write the HTML report here, or NULL */
     bool json;            /* one JSON object (docs/records.md) instead of the table */
-    bool json_embed;      /* no newline after the object, to nest it in another */
     bool all;             /* the table lists every rank, not the worst per point */
     uint32_t flags;       /* GGUF_CMP_ANY_MODEL, GGUF_CMP_ANY_TOKENS */
     /* What the HTML report names besides the records (each may be NULL/false): */

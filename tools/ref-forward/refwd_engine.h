@@ -105,8 +105,8 @@ typedef struct ce_report {
     const gguf_file *meta;
     const gguf_engine_tol *tol;
     int show;                     /* table rows */
-    const char *diagnosis_json;   /* --diagnose: the "diagnosis" object, NULL: none */
-    const gguf_diagnosis *diagnosis; /* and what it was made from (--html) */
+    const gguf_diagnosis *diagnosis; /* --diagnose's finding (the "diagnosis" of --json,
+                                        a section of --html), NULL: none */
     const char *command;          /* the command line (--html) */
 } ce_report;
 
@@ -125,8 +125,10 @@ typedef struct ce_totals {
 void ce_totals_compute(ce_totals *t, ce_result *const *res, int n);
 void ce_print_text(FILE *out, const ce_report *rep, ce_result *const *res, int n,
                    const ce_totals *t);
-void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n,
-                   const ce_totals *t);
+/* The --json object (docs/check-engine.md, "JSON"). @return 0, or -1 out of
+ * memory or when out cannot be written. */
+int ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n,
+                  const ce_totals *t);
 /* @return 0 or a gguf_status (err filled). */
 int ce_write_html(const char *path, const ce_report *rep, ce_result *const *res, int n,
                   const ce_totals *t, gguf_error *err);
@@ -143,8 +145,8 @@ const char *ce_diagnosis_result(const gguf_diagnosis *d);
 void ce_print_diagnosis(FILE *out, const gguf_diagnosis *d, int show);
 /* The finding and the ranked candidates as an HTML section. */
 void ce_html_diagnosis(FILE *f, const gguf_diagnosis *d);
-/* The "diagnosis" object of --json (malloc'd; NULL when out of memory). */
-char *ce_diagnosis_json(const gguf_diagnosis *d);
+/* The "diagnosis" object of --json (a new reference; NULL when out of memory). */
+struct json_t *ce_diagnosis_json(const gguf_diagnosis *d);
 
 /* A token's text for display (escapes made printable), into buf. */
 const char *ce_piece(const gguf_file *meta, int32_t id, char *buf, size_t size);

@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "cli.h"
 #include "refwd_engine.h"
+#include "refwd_json.h"
 
 static void on_progress(void *user, int64_t done, int64_t total)
 {
@@ -212,51 +211,47 @@ static json_t *num(double v)
 static json_t *candidate_json(const gguf_diagnosis *d, const gguf_diag_candidate *c)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "fault", json_string(fault_label(c)));
-    json_object_set_new(o, "layer", c->layer >= 0 ? json_integer(c->layer) : json_null());
-    json_object_set_new(o, "tp", tp_matters(c) || c->fault == GGUF_FAULT_NONE
-                                     ? json_integer(c->tp) : json_null());
-    json_object_set_new(o, "ep", json_integer(c->ep));
-    json_object_set_new(o, "reproduces", json_boolean(c->reproduces));
-    json_object_set_new(o, "mean_abs_dlogprob", num(c->mean_abs_dlogprob));
-    json_object_set_new(o, "median_abs_dlogprob", num(c->median_abs_dlogprob));
-    json_object_set_new(o, "max_abs_dlogprob", num(c->max_abs_dlogprob));
-    json_object_set_new(o, "top1_agreement", num(c->top1_agreement));
-    json_object_set_new(o, "outliers", json_integer(c->n_over));
-    json_object_set_new(o, "same_plan_as", c->same_plan_as >= 0
-                        ? json_string(fault_label(&d->c[c->same_plan_as])) : json_null());
-    json_object_set_new(o, "run_error", c->run_error ? json_string(gguf_strerror(c->run_error))
-                                                     : json_null());
-    return o;
+    o = refwd_json_put(o, "fault", json_string(fault_label(c)));
+    o = refwd_json_put(o, "layer", c->layer >= 0 ? json_integer(c->layer) : json_null());
+    o = refwd_json_put(o, "tp", tp_matters(c) || c->fault == GGUF_FAULT_NONE
+                                    ? json_integer(c->tp) : json_null());
+    o = refwd_json_put(o, "ep", json_integer(c->ep));
+    o = refwd_json_put(o, "reproduces", json_boolean(c->reproduces));
+    o = refwd_json_put(o, "mean_abs_dlogprob", num(c->mean_abs_dlogprob));
+    o = refwd_json_put(o, "median_abs_dlogprob", num(c->median_abs_dlogprob));
+    o = refwd_json_put(o, "max_abs_dlogprob", num(c->max_abs_dlogprob));
+    o = refwd_json_put(o, "top1_agreement", num(c->top1_agreement));
+    o = refwd_json_put(o, "outliers", json_integer(c->n_over));
+    o = refwd_json_put(o, "same_plan_as", c->same_plan_as >= 0
+                       ? json_string(fault_label(&d->c[c->same_plan_as])) : json_null());
+    return refwd_json_put(o, "run_error", c->run_error ? json_string(gguf_strerror(c->run_error))
+                                                       : json_null());
 }
 
-char *ce_diagnosis_json(const gguf_diagnosis *d)
+json_t *ce_diagnosis_json(const gguf_diagnosis *d)
 {
     json_t *o = json_object(), *cands = json_array(), *tps = json_array();
     const char *result = ce_diagnosis_result(d);
     const gguf_diag_candidate *best = &d->c[0], *next = runner_up(d), *base = clean(d);
-    json_object_set_new(o, "result", json_string(result));
-    json_object_set_new(o, "fault", strcmp(result, "fault") == 0
-                                        ? candidate_json(d, best) : json_null());
-    json_object_set_new(o, "runner_up", next ? candidate_json(d, next) : json_null());
+    o = refwd_json_put(o, "result", json_string(result));
+    o = refwd_json_put(o, "fault", strcmp(result, "fault") == 0
+                                       ? candidate_json(d, best) : json_null());
+    o = refwd_json_put(o, "runner_up", next ? candidate_json(d, next) : json_null());
     /* how much further the runner-up is from the engine than the finding (nats) */
-    json_object_set_new(o, "margin", next && strcmp(result, "fault") == 0
-                                         ? num(next->mean_abs_dlogprob - best->mean_abs_dlogprob)
-                                         : json_null());
-    json_object_set_new(o, "clean_mean_abs_dlogprob", base ? num(base->mean_abs_dlogprob)
-                                                           : json_null());
-    for (int i = 0; i < d->n_tried_tp; i++)
-        json_array_append_new(tps, json_integer(d->tried_tp[i]));
-    json_object_set_new(o, "tp_tried", tps);
-    json_object_set_new(o, "layers_tried", json_boolean(d->layers_tried));
-    json_object_set_new(o, "layers_runs_skipped", json_integer(d->layers_runs_skipped));
-    json_object_set_new(o, "runs", json_integer(d->n_runs));
-    json_object_set_new(o, "not_applicable", json_integer(d->n_not_applicable));
-    json_object_set_new(o, "seconds", json_real(d->seconds));
-    for (int64_t i = 0; i < d->n; i++)
-        json_array_append_new(cands, candidate_json(d, &d->c[i]));
-    json_object_set_new(o, "candidates", cands);
-    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
-    json_decref(o);
-    return s;
+    o = refwd_json_put(o, "margin", next && strcmp(result, "fault") == 0
+                                        ? num(next->mean_abs_dlogprob - best->mean_abs_dlogprob)
+                                        : json_null());
+    o = refwd_json_put(o, "clean_mean_abs_dlogprob", base ? num(base->mean_abs_dlogprob)
+                                                          : json_null());
+    for (int i = 0; tps && i < d->n_tried_tp; i++)
+        tps = refwd_json_push(tps, json_integer(d->tried_tp[i]));
+    o = refwd_json_put(o, "tp_tried", tps);
+    o = refwd_json_put(o, "layers_tried", json_boolean(d->layers_tried));
+    o = refwd_json_put(o, "layers_runs_skipped", json_integer(d->layers_runs_skipped));
+    o = refwd_json_put(o, "runs", json_integer(d->n_runs));
+    o = refwd_json_put(o, "not_applicable", json_integer(d->n_not_applicable));
+    o = refwd_json_put(o, "seconds", json_real(d->seconds));
+    for (int64_t i = 0; cands && i < d->n; i++)
+        cands = refwd_json_push(cands, candidate_json(d, &d->c[i]));
+    return refwd_json_put(o, "candidates", cands);
 }

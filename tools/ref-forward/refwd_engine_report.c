@@ -12,6 +12,7 @@
 #include "gguf/output.h"
 #include "ref_forward.h"
 #include "refwd_engine.h"
+#include "refwd_json.h"
 
 /* Length of a valid UTF-8 sequence at s (n bytes left), or 0. */
 static int utf8_len(const unsigned char *s, size_t n)
@@ -26,33 +27,6 @@ static int utf8_len(const unsigned char *s, size_t n)
         if ((s[i] & 0xC0) != 0x80)
             return 0;
     return len;
-}
-
-/* A JSON string of text whose bytes need not be UTF-8 (a token can end inside
- * a character): invalid bytes become U+FFFD, so the output stays JSON. */
-static void json_text(FILE *out, const char *s)
-{
-    const size_t n = s ? strlen(s) : 0;
-    char *clean = malloc(n * 3 + 1);
-    size_t at = 0;
-    if (!clean) {
-        cli_json_str(out, "", 0);
-        return;
-    }
-    for (size_t i = 0; i < n;) {
-        const int l = utf8_len((const unsigned char *)s + i, n - i);
-        if (l == 0) {
-            memcpy(clean + at, "\xEF\xBF\xBD", 3);
-            at += 3;
-            i++;
-        } else {
-            memcpy(clean + at, s + i, (size_t)l);
-            at += (size_t)l;
-            i += (size_t)l;
-        }
-    }
-    cli_json_str(out, clean, at);
-    free(clean);
 }
 
 const char *ce_piece(const gguf_file *meta, int32_t id, char *buf, size_t size)
@@ -383,226 +357,181 @@ result:
 
 /* ---- JSON ---- */
 
-static void json_tops(FILE *out, const gguf_file *meta, const int32_t *ids, const double *lps,
-                      int n)
-{
-    fputc('[', out);
-    for (int k = 0; k < n; k++) {
-        char raw[256];
-        int l = gguf_fwd_token_text(meta, ids[k], raw, sizeof raw);
-        fprintf(out, "%s{\"id\": %d, \"piece\": ", k ? ", " : "", ids[k]);
-        json_text(out, l > 0 ? raw : "");
-        fputs(", \"logprob\": ", out);
-        cli_json_num(out, lps[k]);
-        fputc('}', out);
-    }
-    fputc(']', out);
-}
-
-static void json_row(FILE *out, const ce_report *rep, const ce_result *r,
-                     const gguf_engine_cmp_pos *cp)
+/* A token's text: bytes that are not UTF-8 (a token can end inside a
+ * character) become U+FFFD. */
+static json_t *json_piece(const gguf_file *meta, int32_t id)
 {
     char raw[256];
-    int l = gguf_fwd_token_text(rep->meta, cp->token, raw, sizeof raw);
-    fprintf(out, "{\"index\": %lld, \"seq\": %lld, \"prompt\": %s, \"token\": %d, \"piece\": ",
-            (long long)cp->index, (long long)cp->seq, cp->prompt ? "true" : "false", cp->token);
-    json_text(out, l > 0 ? raw : "");
-    fputs(", \"engine_logprob\": ", out);
-    cli_json_num(out, cp->engine_logprob);
-    fputs(", \"ref_logprob\": ", out);
-    cli_json_num(out, cp->ref_logprob);
-    fputs(", \"dlogprob\": ", out);
-    cli_json_num(out, cp->dlogprob);
-    fputs(", \"dlogprob_top\": ", out);
-    cli_json_num(out, cp->dlogprob_top);
-    fputs(", \"kl\": ", out);
-    cli_json_num(out, cp->kl);
-    fprintf(out, ", \"engine_top1\": %d, \"ref_top1\": %d, \"top1_agree\": %s, \"tie\": %s",
-            cp->engine_top1, cp->ref_top1, cp->top1_agree ? "true" : "false",
-            cp->tie ? "true" : "false");
-    fputs(", \"ref_gap\": ", out);
-    cli_json_num(out, cp->ref_gap);
-    fputs(", \"over\": [", out);
-    const char *sep = "";
-    if (cp->over & GGUF_ENG_TOP1) {
-        fputs("\"top1\"", out);
-        sep = ", ";
-    }
-    if (cp->over & GGUF_ENG_DLOGPROB) {
-        fprintf(out, "%s\"dlogprob\"", sep);
-        sep = ", ";
-    }
-    if (cp->over & GGUF_ENG_KL)
-        fprintf(out, "%s\"kl\"", sep);
-    fputs("], \"engine_top\": ", out);
+    const int l = gguf_fwd_token_text(meta, id, raw, sizeof raw);
+    return cli_json_text(l > 0 ? raw : "", SIZE_MAX);
+}
+
+/* Up to 5 {id, piece, logprob}. */
+static json_t *json_tops(const gguf_file *meta, const int32_t *ids, const double *lps, int n)
+{
+    json_t *a = json_array();
+    for (int k = 0; a && k < n; k++)
+        a = refwd_json_push(a, json_pack("{s:i, s:o, s:o}", "id", ids[k], "piece",
+                                         json_piece(meta, ids[k]), "logprob",
+                                         cli_json_number(lps[k])));
+    return a;
+}
+
+/* The bounds over which a position is, by name: ["top1", "dlogprob", "kl"]. */
+static json_t *json_over(uint32_t over)
+{
+    json_t *a = json_array();
+    if (over & GGUF_ENG_TOP1)
+        a = refwd_json_push(a, json_string("top1"));
+    if (over & GGUF_ENG_DLOGPROB)
+        a = refwd_json_push(a, json_string("dlogprob"));
+    if (over & GGUF_ENG_KL)
+        a = refwd_json_push(a, json_string("kl"));
+    return a;
+}
+
+/* A position row (docs/check-engine.md, "A position row"). */
+static json_t *json_row(const ce_report *rep, const ce_result *r, const gguf_engine_cmp_pos *cp)
+{
     int32_t ids[5];
     double lps[5];
     int n;
     engine_top(&r->reply->pos[cp->index], ids, lps, &n);
-    json_tops(out, rep->meta, ids, lps, n);
-    fputs(", \"reference_top\": ", out);
-    json_tops(out, rep->meta, cp->ref_top, cp->ref_top_lp, cp->n_ref_top);
-    fputc('}', out);
+    json_t *o = json_pack("{s:I, s:I, s:b, s:i, s:o}", "index", (json_int_t)cp->index,
+                          "seq", (json_int_t)cp->seq, "prompt", cp->prompt, "token", cp->token,
+                          "piece", json_piece(rep->meta, cp->token));
+    o = refwd_json_put(o, "engine_logprob", cli_json_number(cp->engine_logprob));
+    o = refwd_json_put(o, "ref_logprob", cli_json_number(cp->ref_logprob));
+    o = refwd_json_put(o, "dlogprob", cli_json_number(cp->dlogprob));
+    o = refwd_json_put(o, "dlogprob_top", cli_json_number(cp->dlogprob_top));
+    o = refwd_json_put(o, "kl", cli_json_number(cp->kl));
+    o = refwd_json_put(o, "engine_top1", json_integer(cp->engine_top1));
+    o = refwd_json_put(o, "ref_top1", json_integer(cp->ref_top1));
+    o = refwd_json_put(o, "top1_agree", json_boolean(cp->top1_agree));
+    o = refwd_json_put(o, "tie", json_boolean(cp->tie));
+    o = refwd_json_put(o, "ref_gap", cli_json_number(cp->ref_gap));
+    o = refwd_json_put(o, "over", json_over(cp->over));
+    o = refwd_json_put(o, "engine_top", json_tops(rep->meta, ids, lps, n));
+    return refwd_json_put(o, "reference_top", json_tops(rep->meta, cp->ref_top, cp->ref_top_lp,
+                                                        cp->n_ref_top));
 }
 
-static void json_ids(FILE *out, const int32_t *ids, int64_t n)
+/* A bound; a check that is off is null (the contract of docs/check-engine.md). */
+static json_t *json_tol(double v)
 {
-    fputc('[', out);
-    for (int64_t i = 0; i < n; i++)
-        fprintf(out, "%s%d", i ? ", " : "", ids[i]);
-    fputc(']', out);
+    return v < 0 ? json_null() : cli_json_number(v);
 }
 
-static void json_tol(FILE *out, double v)
+/* 1 true, 0 false, -1 (not checked) null. */
+static json_t *json_match(int m)
 {
-    if (v < 0)
-        fputs("null", out);
-    else
-        cli_json_num(out, v);
+    return m < 0 ? json_null() : json_boolean(m);
 }
 
-static void json_match(FILE *out, int m)
+/* An index, or null for -1. */
+static json_t *json_index(int64_t i)
 {
-    fputs(m < 0 ? "null" : m ? "true" : "false", out);
+    return i >= 0 ? json_integer(i) : json_null();
 }
 
-void ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n,
-                   const ce_totals *t)
+/* The first divergence over every prompt, or null. */
+static json_t *json_first(const ce_report *rep, ce_result *const *res, const ce_totals *t)
 {
-    cli_json_begin(out, REF_FORWARD_TOOL " check-engine");
-    fprintf(out, ", \"ok\": %s, \"first_divergence\": ", t->agree ? "true" : "false");
-    if (t->first_prompt >= 0 && t->first_pos >= 0) {
-        const ce_result *r = res[t->first_prompt];
-        const gguf_engine_cmp_pos *cp = &r->cmp->pos[t->first_pos];
-        fprintf(out, "{\"prompt\": %d, \"position\": %lld, \"generated_position\": ",
-                t->first_prompt, (long long)cp->index);
-        if (cp->prompt)
-            fputs("null", out);
-        else
-            fprintf(out, "%lld", (long long)(cp->index - r->reply->n_prompt));
-        fputs(", \"row\": ", out);
-        json_row(out, rep, r, cp);
-        fputc('}', out);
-    } else {
-        fputs("null", out);
-    }
-    fputs(", \"top1_agreement\": ", out);
-    cli_json_num(out, t->top1_agreement);
-    fputs(", \"kl_topk_mean\": ", out);
-    cli_json_num(out, t->kl_topk_mean);
-    fputs(", \"max_abs_dlogprob\": ", out);
-    cli_json_num(out, t->max_abs_dlogprob);
-    fputs(", \"median_abs_dlogprob\": ", out);
-    cli_json_num(out, t->median_abs_dlogprob);
-    fprintf(out, ", \"positions\": %lld, \"outliers\": %lld", (long long)t->n_positions,
-            (long long)t->n_over);
-    fputs(", \"tokenization_match\": ", out);
-    json_match(out, t->tokenization_match);
-    fputs(", \"url\": ", out);
-    cli_json_str(out, rep->url, SIZE_MAX);
-    fputs(", \"api\": ", out);
-    cli_json_str(out, rep->api, SIZE_MAX);
-    fputs(", \"served_model\": ", out);
-    if (rep->served_model && *rep->served_model)
-        json_text(out, rep->served_model);
-    else
-        fputs("null", out);
-    fputs(", \"model\": ", out);
-    json_text(out, rep->model_path);
-    fputs(", \"backend\": ", out);
-    cli_json_str(out, rep->backend, SIZE_MAX);
-    /* a check that is off is null (the contract of docs/check-engine.md) */
-    fputs(", \"tolerances\": {\"dlogprob\": ", out);
-    json_tol(out, rep->tol->dlogprob);
-    fputs(", \"kl\": ", out);
-    json_tol(out, rep->tol->kl);
-    fputs(", \"top1\": ", out);
-    json_tol(out, rep->tol->top1);
-    fputs(", \"tie\": ", out);
-    json_tol(out, rep->tol->tie);
-    fputs(", \"outliers\": ", out);
-    json_tol(out, rep->tol->outliers);
-    fputs(", \"median\": ", out);
-    json_tol(out, rep->tol->median);
-    fputs("}, \"prompts\": [", out);
-    for (int i = 0; i < n; i++) {
-        const ce_result *r = res[i];
-        const gguf_engine_cmp *c = r->cmp;
-        const gguf_engine_reply *rp = r->reply;
-        if (!c)
-            continue;
-        fprintf(out, "%s{\"index\": %d, \"ok\": %s, \"prompt_mismatch\": ", i ? ", " : "",
-                i, c->agree && r->prompt_mismatch < 0 ? "true" : "false");
-        if (r->prompt_mismatch >= 0)
-            fprintf(out, "{\"index\": %lld, \"sent\": %d, \"engine\": %d}",
-                    (long long)r->prompt_mismatch, r->sent_id, r->engine_id);
-        else
-            fputs("null", out);
-        fprintf(out, ", \"unresolved_positions\": %lld, \"first_divergence\": ",
-                (long long)r->n_unresolved);
-        if (c->first_divergent >= 0)
-            fprintf(out, "%lld", (long long)c->pos[c->first_divergent].index);
-        else
-            fputs("null", out);
-        const int64_t g = first_generated(c);
-        fputs(", \"first_divergence_generated\": ", out);
-        if (g >= 0)
-            fprintf(out, "%lld", (long long)(c->pos[g].index - rp->n_prompt));
-        else
-            fputs("null", out);
-        fputs(", \"top1_agreement\": ", out);
-        cli_json_num(out, c->top1_agreement);
-        fputs(", \"kl_topk_mean\": ", out);
-        cli_json_num(out, c->kl_topk_mean);
-        fputs(", \"kl_topk_max\": ", out);
-        cli_json_num(out, c->kl_topk_max);
-        fputs(", \"max_abs_dlogprob\": ", out);
-        cli_json_num(out, c->max_abs_dlogprob);
-        fputs(", \"median_abs_dlogprob\": ", out);
-        cli_json_num(out, c->median_abs_dlogprob);
-        fprintf(out, ", \"outliers\": %lld", (long long)c->n_over);
-        fputs(", \"tokenization_match\": ", out);
-        json_match(out, r->tok_match);
-        fputs(", \"tokenization\": ", out);
-        json_text(out, r->tok_note);
-        fprintf(out, ", \"endpoint\": \"%s\", \"prompt_ids_from\": ",
-                gguf_engine_endpoint_path(r->endpoint));
-        cli_json_str(out, r->prompt_ids_from ? r->prompt_ids_from : "", SIZE_MAX);
-        fputs(", \"prompt_tokens\": ", out);
-        json_ids(out, r->seq, r->n_seq_prompt);
-        fputs(", \"generated\": ", out);
-        json_ids(out, r->seq + r->n_seq_prompt, r->n_seq - r->n_seq_prompt);
-        fputs(", \"our_tokens\": ", out);
-        if (r->our_ids)
-            json_ids(out, r->our_ids, r->n_our_ids);
-        else
-            fputs("null", out);
-        fputs(", \"text\": ", out);
-        json_text(out, rp->text ? rp->text : "");
-        fputs(", \"reasoning\": ", out);
-        if (rp->reasoning)
-            json_text(out, rp->reasoning);
-        else
-            fputs("null", out);
-        fputs(", \"finish_reason\": ", out);
-        if (rp->finish_reason)
-            json_text(out, rp->finish_reason);
-        else
-            fputs("null", out);
-        fprintf(out, ", \"prompt_positions\": %lld, \"near_ties\": %lld, \"notes\": [",
-                (long long)(rp->n_prompt - c->n_skipped), (long long)c->n_ties);
-        for (int k = 0; k < r->n_notes; k++) {
-            fputs(k ? ", " : "", out);
-            json_text(out, r->notes[k]);
-        }
-        fputs("], \"positions\": [", out);
-        for (int64_t k = 0; k < c->n_pos; k++) {
-            fputs(k ? ", " : "", out);
-            json_row(out, rep, r, &c->pos[k]);
-        }
-        fputs("]}", out);
-    }
-    fprintf(out, "], \"diagnosis\": %s}\n", rep->diagnosis_json ? rep->diagnosis_json : "null");
+    if (t->first_prompt < 0 || t->first_pos < 0)
+        return json_null();
+    const ce_result *r = res[t->first_prompt];
+    const gguf_engine_cmp_pos *cp = &r->cmp->pos[t->first_pos];
+    return json_pack("{s:i, s:I, s:o, s:o}", "prompt", t->first_prompt,
+                     "position", (json_int_t)cp->index, "generated_position",
+                     cp->prompt ? json_null() : json_integer(cp->index - r->reply->n_prompt),
+                     "row", json_row(rep, r, cp));
+}
+
+static json_t *json_tolerances(const gguf_engine_tol *tol)
+{
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "dlogprob", json_tol(tol->dlogprob),
+                     "kl", json_tol(tol->kl), "top1", json_tol(tol->top1), "tie",
+                     json_tol(tol->tie), "outliers", json_tol(tol->outliers), "median",
+                     json_tol(tol->median));
+}
+
+/* One prompt's object of "prompts". */
+static json_t *json_prompt(const ce_report *rep, const ce_result *r)
+{
+    const gguf_engine_cmp *c = r->cmp;
+    const gguf_engine_reply *rp = r->reply;
+    /* the first divergence as a position index, and as an index among the generated tokens */
+    const int64_t first = c->first_divergent >= 0 ? c->pos[c->first_divergent].index : -1;
+    const int64_t g = first_generated(c);
+    const int64_t first_generated_at = g >= 0 ? c->pos[g].index - rp->n_prompt : -1;
+    json_t *o = json_object();
+    o = refwd_json_put(o, "index", json_integer(r->index));
+    o = refwd_json_put(o, "ok", json_boolean(c->agree && r->prompt_mismatch < 0));
+    o = refwd_json_put(o, "prompt_mismatch",
+                       r->prompt_mismatch < 0 ? json_null()
+                       : json_pack("{s:I, s:i, s:i}", "index", (json_int_t)r->prompt_mismatch,
+                                   "sent", r->sent_id, "engine", r->engine_id));
+    o = refwd_json_put(o, "unresolved_positions", json_integer(r->n_unresolved));
+    o = refwd_json_put(o, "first_divergence", json_index(first));
+    o = refwd_json_put(o, "first_divergence_generated", json_index(first_generated_at));
+    o = refwd_json_put(o, "top1_agreement", cli_json_number(c->top1_agreement));
+    o = refwd_json_put(o, "kl_topk_mean", cli_json_number(c->kl_topk_mean));
+    o = refwd_json_put(o, "kl_topk_max", cli_json_number(c->kl_topk_max));
+    o = refwd_json_put(o, "max_abs_dlogprob", cli_json_number(c->max_abs_dlogprob));
+    o = refwd_json_put(o, "median_abs_dlogprob", cli_json_number(c->median_abs_dlogprob));
+    o = refwd_json_put(o, "outliers", json_integer(c->n_over));
+    o = refwd_json_put(o, "tokenization_match", json_match(r->tok_match));
+    o = refwd_json_put(o, "tokenization", cli_json_text(r->tok_note, SIZE_MAX));
+    o = refwd_json_put(o, "endpoint", json_string(gguf_engine_endpoint_path(r->endpoint)));
+    o = refwd_json_put(o, "prompt_ids_from",
+                       cli_json_text(r->prompt_ids_from ? r->prompt_ids_from : "", SIZE_MAX));
+    o = refwd_json_put(o, "prompt_tokens", refwd_json_ids(r->seq, r->n_seq_prompt));
+    o = refwd_json_put(o, "generated", refwd_json_ids(r->seq + r->n_seq_prompt,
+                                                      r->n_seq - r->n_seq_prompt));
+    o = refwd_json_put(o, "our_tokens", r->our_ids ? refwd_json_ids(r->our_ids, r->n_our_ids)
+                                                   : json_null());
+    o = refwd_json_put(o, "text", cli_json_text(rp->text ? rp->text : "", SIZE_MAX));
+    o = refwd_json_put(o, "reasoning", cli_json_text(rp->reasoning, SIZE_MAX)); /* NULL: null */
+    o = refwd_json_put(o, "finish_reason", cli_json_text(rp->finish_reason, SIZE_MAX));
+    o = refwd_json_put(o, "prompt_positions", json_integer(rp->n_prompt - c->n_skipped));
+    o = refwd_json_put(o, "near_ties", json_integer(c->n_ties));
+    json_t *notes = json_array(), *positions = json_array();
+    for (int k = 0; notes && k < r->n_notes; k++)
+        notes = refwd_json_push(notes, cli_json_text(r->notes[k], SIZE_MAX));
+    for (int64_t k = 0; positions && k < c->n_pos; k++)
+        positions = refwd_json_push(positions, json_row(rep, r, &c->pos[k]));
+    o = refwd_json_put(o, "notes", notes);
+    return refwd_json_put(o, "positions", positions);
+}
+
+int ce_print_json(FILE *out, const ce_report *rep, ce_result *const *res, int n,
+                  const ce_totals *t)
+{
+    json_t *o = json_object(), *prompts = json_array();
+    o = refwd_json_put(o, "ok", json_boolean(t->agree));
+    o = refwd_json_put(o, "first_divergence", json_first(rep, res, t));
+    o = refwd_json_put(o, "top1_agreement", cli_json_number(t->top1_agreement));
+    o = refwd_json_put(o, "kl_topk_mean", cli_json_number(t->kl_topk_mean));
+    o = refwd_json_put(o, "max_abs_dlogprob", cli_json_number(t->max_abs_dlogprob));
+    o = refwd_json_put(o, "median_abs_dlogprob", cli_json_number(t->median_abs_dlogprob));
+    o = refwd_json_put(o, "positions", json_integer(t->n_positions));
+    o = refwd_json_put(o, "outliers", json_integer(t->n_over));
+    o = refwd_json_put(o, "tokenization_match", json_match(t->tokenization_match));
+    o = refwd_json_put(o, "url", cli_json_text(rep->url, SIZE_MAX));
+    o = refwd_json_put(o, "api", cli_json_text(rep->api, SIZE_MAX));
+    o = refwd_json_put(o, "served_model", rep->served_model && *rep->served_model
+                                              ? cli_json_text(rep->served_model, SIZE_MAX)
+                                              : json_null());
+    o = refwd_json_put(o, "model", cli_json_text(rep->model_path, SIZE_MAX));
+    o = refwd_json_put(o, "backend", cli_json_text(rep->backend, SIZE_MAX));
+    o = refwd_json_put(o, "tolerances", json_tolerances(rep->tol));
+    for (int i = 0; prompts && i < n; i++)
+        if (res[i]->cmp)
+            prompts = refwd_json_push(prompts, json_prompt(rep, res[i]));
+    o = refwd_json_put(o, "prompts", prompts);
+    o = refwd_json_put(o, "diagnosis", rep->diagnosis ? ce_diagnosis_json(rep->diagnosis)
+                                                      : json_null());
+    return cli_json_print_report(out, REF_FORWARD_TOOL " check-engine", o);
 }
 
 /* ---- HTML ---- */

@@ -6,7 +6,6 @@
  *             logits, with llama.cpp's statistics.
  * The format and the statistics are in the library (gguf/kld.h). */
 #include <errno.h>
-#include <jansson.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include "gguf/tokenize.h"
 #include "refwd_backend.h"
 #include "ref_forward.h"
+#include "refwd_json.h"
 
 enum {
     OPT_TOKENS_FILE = 256,
@@ -380,15 +380,17 @@ int refwd_kld_base_main(int argc, char **argv)
     }
     const int64_t rows = n_chunk * gguf_kld_rows_per_chunk(o.n_ctx);
     if (o.json) {
-        cli_json_begin(stdout, REF_FORWARD_TOOL " kld-base");
-        printf(", \"output\": ");
-        cli_json_str(stdout, o.out, SIZE_MAX);
-        printf(", \"n_ctx\": %lld, \"n_vocab\": %lld, \"n_chunk\": %lld, \"rows\": %lld, "
-               "\"bos\": %s, \"ppl\": ",
-               (long long)o.n_ctx, (long long)V, (long long)n_chunk, (long long)rows,
-               bos >= 0 ? "true" : "false");
-        cli_json_num(stdout, ppl);
-        printf(", \"seconds\": %.3f}\n", cli_now() - t0);
+        json_t *doc = json_pack("{s:o, s:I, s:I, s:I, s:I, s:b, s:o, s:o}",
+                                "output", cli_json_text(o.out, SIZE_MAX),
+                                "n_ctx", (json_int_t)o.n_ctx, "n_vocab", (json_int_t)V,
+                                "n_chunk", (json_int_t)n_chunk, "rows", (json_int_t)rows,
+                                "bos", bos >= 0, "ppl", cli_json_number(ppl),
+                                "seconds", cli_json_number(cli_now() - t0));
+        if (cli_json_print_report(stdout, REF_FORWARD_TOOL " kld-base", doc) != 0) {
+            cli_errorf(tool, "cannot write the JSON report");
+            ret = CLI_EXIT_ENV;
+            goto done;
+        }
     } else
         printf("%s: n_ctx %lld, n_vocab %lld, %lld chunks, %lld scored positions%s; "
                "reference PPL %.4f\n",
@@ -450,7 +452,8 @@ static void print_stats(const gguf_kld_stats *s, const char *base, int64_t chunk
     printf("Same top p: %6.3f ± %5.3f %%\n", 100.0 * s->same_top_p, 100.0 * s->same_top_p_unc);
 }
 
-static void print_json(const gguf_kld_stats *s, const char *base, int64_t chunks)
+/* @return 0, or -1 out of memory or when stdout cannot be written. */
+static int print_json(const gguf_kld_stats *s, const char *base, int64_t chunks)
 {
     json_t *doc = json_pack("{s:o, s:I, s:I}", "base", cli_json_text(base, SIZE_MAX),
                             "chunks", (json_int_t)chunks, "count", (json_int_t)s->count);
@@ -470,9 +473,8 @@ static void print_json(const gguf_kld_stats *s, const char *base, int64_t chunks
         {"ppl_diff", s->ppl_diff}, {"ppl_diff_uncertainty", s->ppl_diff_unc},
     };
     for (size_t i = 0; doc && i < sizeof kv / sizeof *kv; i++)
-        json_object_set_new(doc, kv[i].key, cli_json_number(kv[i].v));
-    if (cli_json_print_report(stdout, REF_FORWARD_TOOL " kld", doc) != 0)
-        cli_errorf(REF_FORWARD_TOOL, "cannot write the JSON report");
+        doc = refwd_json_put(doc, kv[i].key, cli_json_number(kv[i].v));
+    return cli_json_print_report(stdout, REF_FORWARD_TOOL " kld", doc);
 }
 
 int refwd_kld_main(int argc, char **argv)
@@ -539,10 +541,13 @@ int refwd_kld_main(int argc, char **argv)
     }
     gguf_kld_stats s;
     gguf_kld_acc_stats(acc, &s);
-    if (o.json)
-        print_json(&s, o.base, n_chunk);
-    else
+    if (!o.json) {
         print_stats(&s, o.base, n_chunk);
+    } else if (print_json(&s, o.base, n_chunk) != 0) {
+        cli_errorf(tool, "cannot write the JSON report");
+        ret = CLI_EXIT_ENV;
+        goto done;
+    }
     ret = CLI_EXIT_OK;
 done:
     free(logits);

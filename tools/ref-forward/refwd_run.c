@@ -4,7 +4,6 @@
  * checkpoints (gguf_model_open_hf, gguf/model.h); comparing and reporting
  * records is refwd_compare.c's, GPU ranks refwd_gputp.c's. */
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "refwd_compare.h"
 #include "refwd_gputp.h"
 #include "ref_forward.h"
+#include "refwd_json.h"
 
 enum {
     OPT_TOKENS = 256,
@@ -310,31 +310,24 @@ done:
 
 /* ---- one backend: record, generate, print ---- */
 
-static json_t *json_ids(const int32_t *ids, int64_t n)
-{
-    json_t *a = json_array();
-    for (int64_t i = 0; a && i < n; i++)
-        json_array_append_new(a, json_integer(ids[i]));
-    return a;
-}
-
-static void print_json(const run_opts *o, const gguf_model *m, const gguf_fwd_generation *g,
-                       const char *text, const gguf_fwd_stats *st)
+/* @return 0, or -1 out of memory or when stdout cannot be written. */
+static int print_json(const run_opts *o, const gguf_model *m, const gguf_fwd_generation *g,
+                      const char *text, const gguf_fwd_stats *st)
 {
     const gguf_hparams *hp = gguf_model_hparams(m);
     const int64_t V = hp->n_vocab;
     json_t *doc = json_pack("{s:o, s:o, s:s, s:I, s:o, s:o, s:o, s:I, s:{s:o, s:I, s:I, s:I}}",
         "model", cli_json_text(o->model, SIZE_MAX), "arch", cli_json_text(hp->arch_name, SIZE_MAX),
         "precision", o->fo.precision == GGUF_FWD_F64 ? "f64" : "f32", "n_vocab", (json_int_t)V,
-        "tokens", json_ids(o->tokens, o->n_tokens), "generated", json_ids(g->ids, g->n_ids),
+        "tokens", refwd_json_ids(o->tokens, o->n_tokens),
+        "generated", refwd_json_ids(g->ids, g->n_ids),
         "text", cli_json_text(text, SIZE_MAX),
         "next_token", (json_int_t)gguf_fwd_argmax(g->logits + (o->n_tokens - 1) * V, V),
         "stats", "seconds", cli_json_number(st->seconds),
         "weight_bytes", (json_int_t)st->weight_bytes,
         "peak_weight_bytes", (json_int_t)st->peak_weight_bytes,
         "experts_loaded", (json_int_t)st->experts_loaded);
-    if (cli_json_print_report(stdout, REF_FORWARD_TOOL, doc) != 0)
-        cli_errorf(REF_FORWARD_TOOL, "cannot write the JSON report");
+    return cli_json_print_report(stdout, REF_FORWARD_TOOL, doc);
 }
 
 static void print_text(const run_opts *o, const gguf_model *m, const gguf_fwd_ctx *ctx,
@@ -409,10 +402,13 @@ static int run_single(run_opts *o, const gguf_set *set, const gguf_model *m)
     text = detok(o->meta, g.ids, g.n_ids);
     gguf_fwd_stats st;
     gguf_fwd_ctx_stats(ctx, &st);
-    if (o->json)
-        print_json(o, m, &g, text ? text : "", &st);
-    else
+    if (!o->json) {
         print_text(o, m, ctx, &g, text ? text : "", &st);
+    } else if (print_json(o, m, &g, text ? text : "", &st) != 0) {
+        cli_errorf(REF_FORWARD_TOOL, "cannot write the JSON report");
+        ret = CLI_EXIT_ENV;
+        goto done;
+    }
     ret = CLI_EXIT_OK;
     if (o->compare) {
         fflush(stdout);
