@@ -339,85 +339,6 @@ void cli_progress_end(cli_progress *p)
         fprintf(stderr, "\r\033[K");
 }
 
-/* Length of a valid UTF-8 sequence at p (n bytes left), or 0 if invalid. */
-static int utf8_seq(const unsigned char *p, uint64_t n)
-{
-    unsigned char c = p[0];
-    int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
-    if (!len || n < (uint64_t)len)
-        return 0;
-    for (int k = 1; k < len; k++)
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-    if (len == 3) {
-        unsigned cp = ((c & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
-        if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-    } else if (len == 4) {
-        unsigned cp = ((c & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) |
-                      (p[3] & 0x3Fu);
-        if (cp < 0x10000 || cp > 0x10FFFF)
-            return 0;
-    }
-    return len;
-}
-
-/*
- * JSON strings are UTF-8; invalid sequences (a token can end inside a character)
- * become U+FFFD so the output stays valid JSON. Runs of bytes that need no escape
- * go out in one fwrite: vocabularies have 150k strings.
- */
-void cli_json_str(FILE *out, const char *s, size_t n)
-{
-    if (n == SIZE_MAX)
-        n = strlen(s);
-    const unsigned char *p = (const unsigned char *)s;
-    putc_unlocked('"', out);
-    uint64_t i = 0, run = 0;
-    while (i < n) {
-        unsigned char c = p[i];
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-            i++;
-            continue;
-        }
-        int len = c >= 0x80 ? utf8_seq(p + i, n - i) : 0;
-        if (len) {
-            i += (uint64_t)len;
-            continue;
-        }
-        fwrite_unlocked(p + run, 1, i - run, out);
-        switch (c) {
-        case '"': fputs_unlocked("\\\"", out); break;
-        case '\\': fputs_unlocked("\\\\", out); break;
-        case '\n': fputs_unlocked("\\n", out); break;
-        case '\r': fputs_unlocked("\\r", out); break;
-        case '\t': fputs_unlocked("\\t", out); break;
-        default:
-            if (c < 0x80)
-                fprintf(out, "\\u%04x", c);
-            else
-                fputs_unlocked("\\ufffd", out);
-        }
-        i++;
-        run = i;
-    }
-    fwrite_unlocked(p + run, 1, i - run, out);
-    putc_unlocked('"', out);
-}
-
-
-void cli_json_num(FILE *out, double v)
-{
-    if (!isfinite(v)) {
-        fputs("null", out);
-        return;
-    }
-    if (v == floor(v) && fabs(v) < 9007199254740992.0)
-        fprintf(out, "%.0f", v);
-    else
-        fprintf(out, "%.17g", v);
-}
-
 int cli_parse_ids(const char *s, int32_t **out, int64_t *n)
 {
     *out = NULL;
@@ -510,12 +431,4 @@ void cli_filter_free(cli_filter *f)
         f->set = false;
         f->n_matched = 0;
     }
-}
-
-void cli_json_begin(FILE *out, const char *tool)
-{
-    fputs("{\"tool\": ", out);
-    cli_json_str(out, tool, SIZE_MAX);
-    fputs(", \"version\": ", out);
-    cli_json_str(out, GGUFKIT_VERSION, SIZE_MAX);
 }

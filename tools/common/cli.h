@@ -16,13 +16,6 @@
 
 #define GGUFKIT_VERSION GGUF_VERSION_STRING
 
-/*
- * Every JSON object a tool prints at top level starts with these two keys:
- *   "tool": the command ("shard-plan", "ref-forward compare"), "version": ggufkit's version.
- * cli_json_begin writes '{' and both keys (without a trailing comma).
- */
-void cli_json_begin(FILE *out, const char *tool);
-
 enum { CLI_EXIT_OK = 0, CLI_EXIT_DIFF = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_ENV = 3 };
 
 /* Ids below 256 may double as short options; ids >= 256 are long-only. */
@@ -113,21 +106,18 @@ bool cli_filter_test(const cli_filter *f, const char *name);
 void cli_filter_warn_empty(const cli_filter *f, const char *tool, long long n_names);
 void cli_filter_free(cli_filter *f);
 
-/* JSON helpers: a quoted, escaped string (n bytes, or strlen when n == SIZE_MAX);
- * bytes that are not UTF-8 become U+FFFD. */
-void cli_json_str(FILE *out, const char *s, size_t n);
-/* A double as JSON: finite as %.9g (or %.17g when precise), NaN/Inf as null. */
-void cli_json_num(FILE *out, double v);
-
 /*
- * The JSON writer (tools/common/cli_json.c): build a document of jansson values
- * (json_object_set_new, json_array_append_new, with the two constructors below
- * for numbers and text) and print it with cli_json_print, rather than with
- * printf. jansson's json_t, declared without its header.
+ * The tools' one JSON writer (tools/common/cli_json.c): build a document of jansson
+ * values (json_object_set_new, json_array_append_new, with the constructors below
+ * for numbers and text) and print it with cli_json_print, never with printf.
+ * Every object a tool prints at top level starts with "tool" (the command:
+ * "shard-plan", "ref-forward compare") and "version" (ggufkit's):
+ * cli_json_print_report puts them first. jansson's json_t, declared without its
+ * header.
  */
 struct json_t;
-/* A number as cli_json_num writes it: NaN/Inf null, integral values as
- * integers, others as reals (17 significant digits). NULL out of memory. */
+/* A number: NaN/Inf null, integral values (below 2^53) as integers, others as
+ * reals (17 significant digits). NULL out of memory. */
 struct json_t *cli_json_number(double v);
 /* An integer; 0..255 are shared values (as many uses as wanted, one allocation).
  * NULL out of memory. */
@@ -144,8 +134,8 @@ struct json_t *cli_json_u64(uint64_t v);
  * freed). @return 0, or -1 when doc is NULL (a constructor ran out of memory)
  * or the write failed. */
 int cli_json_print(FILE *out, struct json_t *doc, bool compact);
-/* cli_json_print of a tool's report: "tool" and "version" first (cli_json_begin's
- * keys), then doc's keys in their order. Takes the reference. @return as above. */
+/* cli_json_print of a tool's report: "tool" and "version" first, then doc's keys
+ * in their order. Takes the reference. @return as above. */
 int cli_json_print_report(FILE *out, const char *tool, struct json_t *doc);
 
 #endif

@@ -17,7 +17,7 @@ struct json_t *cli_json_number(double v)
 {
     if (!isfinite(v))
         return json_null();
-    /* integral values print as integers (cli_json_num's convention) */
+    /* integral values print as integers */
     if (v == floor(v) && fabs(v) < 9007199254740992.0)
         return json_integer((json_int_t)v);
     return json_real(v);
@@ -240,9 +240,10 @@ int cli_json_print(FILE *out, struct json_t *doc, bool compact)
     const int rc = big_u64_made && holds_big_u64(doc) ? dump_walk(doc, out, flags)
                                                       : dump(doc, out, flags);
     json_decref(doc);
-    if (rc != 0)
+    /* flushed here: a short document's write error (a full disk) shows now, not at exit */
+    if (rc != 0 || fputc('\n', out) == EOF || fflush(out) != 0)
         return -1;
-    return fputc('\n', out) == EOF ? -1 : 0;
+    return 0;
 }
 
 int cli_json_print_report(FILE *out, const char *tool, struct json_t *doc)

@@ -83,8 +83,9 @@ static void on_signal(int sig)
     g_cancel = 1;
 }
 
-/* The fault catalog: a line each, or JSON: {tool, version, faults: [{name, kind, summary}]}. */
-static void print_faults(bool json)
+/* The fault catalog: a line each, or JSON: {tool, version, faults: [{name, kind, summary}]}.
+ * @return the exit code: 3 when the list cannot be built or written. */
+static int print_faults(bool json)
 {
     json_t *all = json ? json_array() : NULL;
     for (int f = 1; f < GGUF_FAULT_COUNT; f++) {
@@ -94,12 +95,20 @@ static void print_faults(bool json)
                    gguf_fault_summary((gguf_fault)f));
             continue;
         }
-        json_array_append_new(all, json_pack("{s:o, s:s, s:o}",
-            "name", cli_json_text(gguf_fault_name((gguf_fault)f), SIZE_MAX), "kind", kind,
-            "summary", cli_json_text(gguf_fault_summary((gguf_fault)f), SIZE_MAX)));
+        if (json_array_append_new(all, json_pack("{s:o, s:s, s:o}",
+                "name", cli_json_text(gguf_fault_name((gguf_fault)f), SIZE_MAX), "kind", kind,
+                "summary", cli_json_text(gguf_fault_summary((gguf_fault)f), SIZE_MAX))) != 0) {
+            json_decref(all); /* never a list with a fault missing */
+            all = NULL;
+        }
     }
-    if (json && cli_json_print_report(stdout, SP_TOOL, json_pack("{s:o}", "faults", all)) != 0)
+    const int rc = json ? cli_json_print_report(stdout, SP_TOOL, json_pack("{s:o}", "faults", all))
+                        : fflush(stdout);
+    if (rc != 0) {
         cli_errorf(SP_TOOL, "cannot write the fault list");
+        return CLI_EXIT_ENV;
+    }
+    return CLI_EXIT_OK;
 }
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out)
@@ -218,10 +227,8 @@ int main(int argc, char **argv)
         }
     }
     a.verbose = cli_verbosity >= 2;
-    if (list_faults) {
-        print_faults(a.json);
-        return CLI_EXIT_OK;
-    }
+    if (list_faults)
+        return print_faults(a.json);
     if (n_pos != 1) {
         cli_errorf(SP_TOOL, "%s", n_pos == 0 ? "missing MODEL (see --help)"
                                              : "one MODEL only (see --help)");
