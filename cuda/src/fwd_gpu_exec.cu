@@ -189,6 +189,9 @@ static int gx_head_file(gx_eval_ctx *v, const float *cur, int64_t n, fb_logits *
         return rc;
     if (!gx_has(&wo)) /* tied embeddings */
         (void)gx_get(c, -1, GGUF_ROLE_TOKEN_EMBD, &wo, 0, NULL, 0, err);
+    /* the vocabulary's rows, not a padded tensor's */
+    wo.ne[1] = V;
+    wo.ne[2] = wo.ne[3] = 1;
     if (!(rc = gx_need(&wo, -1, GGUF_ROLE_OUTPUT, err)) &&
         !(rc = gx_alloc(c, &v->lg, (size_t)(n * V) * sizeof(float), err)) &&
         !(rc = gx_mm(c, v->lg, V, cur, E, &wo, NULL, n, err)))
