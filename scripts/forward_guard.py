@@ -101,6 +101,26 @@ def same_record(a, b):
     return None
 
 
+def diff_case(d, out, name, rc, same):
+    """Why case `name` of the new run (in out, exit rc) differs from the saved one (in d),
+    or None; same(a, b) compares two records."""
+    why = None
+    old = open(os.path.join(d, name + ".rc")).read().split("\n")
+    if str(rc) != old[0]:
+        why = f"exit {rc}, was {old[0]} ({' '.join(old[1:])[:200]})"
+    for ext in (".rec.gguf", ".npy"):
+        a, b = os.path.join(d, name + ext), os.path.join(out, name + ext)
+        if os.path.exists(a) != os.path.exists(b):
+            why = why or f"{ext} present on one side only"
+        elif os.path.exists(a):
+            if ext == ".npy":
+                if open(a, "rb").read() != open(b, "rb").read():
+                    why = why or "logits differ"
+            else:
+                why = why or same(a, b)
+    return why
+
+
 def main():
     mode, build, d = sys.argv[1], sys.argv[2], sys.argv[3]
     gen = os.path.join(build, "tools", "gguf-gen")
@@ -115,20 +135,7 @@ def main():
     for i, (name, args) in enumerate(cs):
         rc = run_case(refwd, name, args, out)
         if mode == "check":
-            why = None
-            old_rc = open(os.path.join(d, name + ".rc")).read().split("\n")[0]
-            if str(rc) != old_rc:
-                why = f"exit {rc}, was {old_rc}"
-            for ext in (".rec.gguf", ".npy"):
-                a, b = os.path.join(d, name + ext), os.path.join(out, name + ext)
-                if os.path.exists(a) != os.path.exists(b):
-                    why = why or f"{ext} present on one side only"
-                elif os.path.exists(a):
-                    if ext == ".npy":
-                        if open(a, "rb").read() != open(b, "rb").read():
-                            why = why or "logits differ"
-                    else:
-                        why = why or same_record(a, b)
+            why = diff_case(d, out, name, rc, same_record)
             if why:
                 bad += 1
                 print(f"DIFF {name}: {why}", flush=True)

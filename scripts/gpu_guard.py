@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forward_guard import ARCHS, TOK, models  # noqa: E402
+from forward_guard import ARCHS, TOK, diff_case, models, run_case  # noqa: E402
 
 # faults of the catalog that change a one-rank run (the others need tp > 1)
 TP1_FAULTS = ["rope-pairs", "yarn-mscale", "routed-scale", "exp-probs-b", "shared-scaled",
@@ -55,20 +55,6 @@ def cases(ms):
     return c
 
 
-def run_case(refwd, name, args, d):
-    rec = os.path.join(d, name + ".rec.gguf")
-    npy = os.path.join(d, name + ".npy")
-    extra = ["--record", rec]
-    if "--tp" not in args:
-        extra += ["--logits", npy]
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-    p = subprocess.run([refwd, *args, *extra, "-q"], capture_output=True, text=True,
-                       errors="replace", env=env)
-    with open(os.path.join(d, name + ".rc"), "w") as f:
-        f.write(f"{p.returncode}\n{p.stderr}")
-    return p.returncode
-
-
 def tensor_hashes(inspect, path):
     p = subprocess.run([inspect, "--hash", "--json", "--tensors-only", path],
                        capture_output=True, text=True)
@@ -92,6 +78,7 @@ def same_record(inspect, a, b):
 
 def main():
     mode, build, d = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.environ["NCCL_NVLS_ENABLE"] = "0"  # never NVLink multicast on a shared host
     tools = os.path.join(build, "tools")
     gen, refwd, inspect = (os.path.join(tools, t) for t in ("gguf-gen", "ref-forward",
                                                             "gguf-inspect"))
@@ -104,20 +91,7 @@ def main():
     for i, (name, args) in enumerate(cs):
         rc = run_case(refwd, name, args, out)
         if mode == "check":
-            why = None
-            old = open(os.path.join(d, name + ".rc")).read().split("\n")
-            if str(rc) != old[0]:
-                why = f"exit {rc}, was {old[0]} ({' '.join(old[1:])[:200]})"
-            for ext in (".rec.gguf", ".npy"):
-                a, b = os.path.join(d, name + ext), os.path.join(out, name + ext)
-                if os.path.exists(a) != os.path.exists(b):
-                    why = why or f"{ext} present on one side only"
-                elif os.path.exists(a):
-                    if ext == ".npy":
-                        if open(a, "rb").read() != open(b, "rb").read():
-                            why = why or "logits differ"
-                    else:
-                        why = why or same_record(inspect, a, b)
+            why = diff_case(d, out, name, rc, lambda a, b: same_record(inspect, a, b))
             if why:
                 bad += 1
                 print(f"DIFF {name}: {why}", flush=True)
