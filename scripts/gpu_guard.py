@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forward_guard import ARCHS, TOK, diff_case, models, run_case  # noqa: E402
+from forward_guard import ARCHS, TOK, guard, models  # noqa: E402
 
 # faults of the catalog that change a one-rank run (the others need tp > 1)
 TP1_FAULTS = ["rope-pairs", "yarn-mscale", "routed-scale", "exp-probs-b", "shared-scaled",
@@ -84,23 +84,7 @@ def main():
                                                             "gguf-inspect"))
     os.makedirs(os.path.join(d, "models"), exist_ok=True)
     ms = models(gen, os.path.join(d, "models"))
-    cs = cases(ms)
-    out = d if mode == "save" else os.path.join(d, "new")
-    os.makedirs(out, exist_ok=True)
-    bad = 0
-    for i, (name, args) in enumerate(cs):
-        rc = run_case(refwd, name, args, out)
-        if mode == "check":
-            why = diff_case(d, out, name, rc, lambda a, b: same_record(inspect, a, b))
-            if why:
-                bad += 1
-                print(f"DIFF {name}: {why}", flush=True)
-        elif rc not in (0, 1):
-            print(f"note {name}: exit {rc}: "
-                  f"{open(os.path.join(out, name + '.rc')).read().splitlines()[1:2]}", flush=True)
-        if i % 20 == 0:
-            print(f"{i}/{len(cs)}", file=sys.stderr, flush=True)
-    print(f"{len(cs)} cases, {bad} differ")
+    bad = guard(mode, d, cases(ms), refwd, lambda a, b: same_record(inspect, a, b))
     sys.exit(1 if bad else 0)
 
 
