@@ -57,6 +57,11 @@ extern "C" {
 #define DQC_DEFAULT_CHUNK ((int64_t)16 << 20)
 #define DQC_BYTES_PER_FLOAT 4 /* quantized bytes a slot holds per float: F32's */
 #define DQC_THREADS 256       /* threads of a count block (a multiple of 32) */
+/* Device bytes past a slot's quantized bytes: the dequant kernels read whole
+ * aligned words and are not meant to pass a tensor's end, but a slot whose
+ * chunk ends exactly at the allocation's end is where such a read would
+ * fault; a few bytes of slack make that impossible. */
+#define DQC_RAW_SLACK 256
 
 struct gguf_cuda_dq_check {
     int64_t chunk_elems;
@@ -233,7 +238,8 @@ int gguf_cuda_dq_check_create(gguf_cuda_dq_check **out, const gguf_cuda_dq_check
         if ((rc = gguf_cuda_host_alloc((void **)&chk->ref_host[s], fbytes, err)) != 0 ||
             (rc = gguf_cuda_host_alloc(&chk->raw_host[s], (size_t)chk->raw_bytes, err)) != 0 ||
             (rc = gguf_cuda_malloc((void **)&chk->ref_dev[s], fbytes, err)) != 0 ||
-            (rc = gguf_cuda_malloc(&chk->raw_dev[s], (size_t)chk->raw_bytes, err)) != 0)
+            (rc = gguf_cuda_malloc(&chk->raw_dev[s], (size_t)chk->raw_bytes + DQC_RAW_SLACK,
+                                   err)) != 0)
             goto done;
     }
     if ((rc = gguf_cuda_malloc((void **)&chk->out, (size_t)chk->chunk_elems * sizeof(float),

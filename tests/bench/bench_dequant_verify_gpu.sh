@@ -47,6 +47,10 @@ fi
 
 say "=== bench_dequant_verify_gpu $(date -u +%FT%TZ): $(nproc) CPUs, --threads $threads," \
     "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+say "host: $(lscpu 2>/dev/null | grep -E '^(Model name|L3 cache|NUMA node\(s\))' |
+    sed 's/  */ /g' | paste -sd';' -)"
+say "GPU link: $(nvidia-smi --query-gpu=pcie.link.gen.current,pcie.link.width.current \
+    --format=csv,noheader 2>/dev/null | head -1)"
 model=${GGUFKIT_BENCH_MODEL:-}
 if [ -z "$model" ]; then
     model=$scratch/llama20b-q4k.gguf

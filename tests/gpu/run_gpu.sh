@@ -17,13 +17,14 @@
 # verify (gguf-dequant-verify --gpu on the files of GGUFKIT_GPU_TESTDATA),
 # verifygen (the same on generated models of several types, chunk sizes and
 # --reference), docs (the GPU examples of docs/gguf-dequant-verify.md),
-# sanitizer (compute-sanitizer memcheck and racecheck), bench
+# sanitizer (compute-sanitizer memcheck and racecheck of test_cuda_dequant and
+# test_cuda_upload), sanitizer_dq (the same of test_cuda_dq_check), bench
 # (bench_cuda_dequant, twice), upload (bench_cuda_upload), dvbench
 # (tests/bench/bench_dequant_verify_gpu.sh: gguf-dequant-verify on a 20B Q4_K
 # model, CPU only against --gpu; GGUFKIT_DV_RUNS runs each, default 3; its
 # 11 GB model goes to GGUFKIT_SCRATCH, default /tmp, never $OUT). Under the
 # 10-minute limit of one call, e.g.:
-#   GGUFKIT_SKIP="test_cuda_dequant test_cuda_st_dequant bench upload" tests/gpu/run_gpu.sh
+#   GGUFKIT_SKIP="test_cuda_dequant test_cuda_st_dequant sanitizer bench upload" tests/gpu/run_gpu.sh
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out}
@@ -32,6 +33,7 @@ BUILD=${GGUFKIT_GPU_BUILD:-$ROOT/build-gpu}
 export LD_LIBRARY_PATH="$ROOT/gpudata/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GGUFKIT_GPU_TESTDATA=${GGUFKIT_GPU_TESTDATA:-$ROOT/gpudata/testdata}
 SKIP=" ${GGUFKIT_SKIP:-} "
+[ -d /usr/local/cuda/bin ] && PATH=$PATH:/usr/local/cuda/bin # compute-sanitizer, cuobjdump
 status=0
 step() { echo "=== $* ($(date +%T))"; }
 skipped() { case "$SKIP" in *" $1 "*) return 0 ;; esac; return 1; }
@@ -137,18 +139,19 @@ if command -v compute-sanitizer > /dev/null && ! skipped sanitizer; then
         echo "memcheck rc=$?"
         grep -E "ERROR SUMMARY|Invalid" "$OUT/sanitizer-upload.log" | head -5
     fi
-    if [ -x "$BUILD/tests/test_cuda_dq_check" ]; then
-        for tool in memcheck racecheck; do
-            step "compute-sanitizer $tool test_cuda_dq_check (quick)"
-            GGUFKIT_GPU_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
-                "$BUILD/tests/test_cuda_dq_check" > "$OUT/sanitizer-dq-check-$tool.log" 2>&1
-            rc=$?
-            echo "$tool rc=$rc"
-            grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" \
-                "$OUT/sanitizer-dq-check-$tool.log" | head -5
-            [ "$rc" = 0 ] || status=1
-        done
-    fi
+fi
+if command -v compute-sanitizer > /dev/null && [ -x "$BUILD/tests/test_cuda_dq_check" ] &&
+   ! skipped sanitizer_dq; then
+    for tool in memcheck racecheck; do
+        step "compute-sanitizer $tool test_cuda_dq_check (quick)"
+        GGUFKIT_GPU_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+            "$BUILD/tests/test_cuda_dq_check" > "$OUT/sanitizer-dq-check-$tool.log" 2>&1
+        rc=$?
+        echo "$tool rc=$rc"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" \
+            "$OUT/sanitizer-dq-check-$tool.log" | head -5
+        [ "$rc" = 0 ] || status=1
+    done
 fi
 
 if ! skipped bench; then

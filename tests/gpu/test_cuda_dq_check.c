@@ -6,9 +6,10 @@
  * must count 0 differing elements; one flipped bit in one element of one
  * chunk must count exactly 1, as must a NaN payload, the sign of a NaN and
  * the sign of a zero (bits, not float equality: equal NaNs count 0); counts
- * are per finish; several chunks in flight on 2 and 8 slots, tensors smaller
- * than a chunk and than 4 elements, 2^25-element chunks (not with
- * GGUFKIT_GPU_QUICK=1, for compute-sanitizer); the argument errors.
+ * are per finish; hundreds of chunks in flight on 2 and 8 slots, tensors smaller
+ * than a chunk and than 4 elements, 2^25-element chunks; the argument errors.
+ * GGUFKIT_GPU_QUICK=1 (for compute-sanitizer): 16 chunks in flight instead of
+ * 256, no 2^25-element chunks.
  *
  * Exit 77 (skipped) with a message when no CUDA device is usable.
  */
@@ -262,12 +263,20 @@ END_TEST
 /* Many chunks queued back to back (2 and 8 slots); counts add up over
  * several submits until the finish; 2^25-element chunks (the count kernel's
  * grid-stride loop, several rounds). */
+static bool quick_run(void)
+{
+    const char *quick = getenv("GGUFKIT_GPU_QUICK");
+    return quick && *quick && *quick != '0';
+}
+
 START_TEST(tc_in_flight)
 {
+    /* 256 chunks of 4096 (GGUFKIT_GPU_QUICK=1: 16) */
+    const int64_t n_chunks = quick_run() ? 16 : 256;
     for (int slots = 2; slots <= 8; slots += 6) {
         gguf_cuda_dq_check *chk = make_checker(4096, slots);
-        tensor t = make_tensor(GGUF_TYPE_Q8_0, (1 << 20) / 32, 90 + (uint64_t)slots);
-        const flip f = {4096 * 200 + 5, 1u << 9};
+        tensor t = make_tensor(GGUF_TYPE_Q8_0, n_chunks * 4096 / 32, 90 + (uint64_t)slots);
+        const flip f = {4096 * (n_chunks * 3 / 4) + 5, 1u << 9};
         ck_assert_uint_eq(check_in_place(chk, &t, 0, &f, 1), 1);
         ck_assert_uint_eq(check_copied(chk, &t, 0, &f, 1), 1);
         /* two "tensors" before one finish: their counts add */
@@ -289,14 +298,13 @@ START_TEST(tc_in_flight)
         ck_assert_uint_eq(n_diff, 2);
         gguf_cuda_dq_check_stats st;
         gguf_cuda_dq_check_get_stats(chk, &st);
-        ck_assert_uint_eq(st.chunks, 256 + 256 + 6);
+        ck_assert_uint_eq(st.chunks, (uint64_t)(2 * n_chunks + 6));
         ck_assert_uint_eq(st.tensors, 3);
         free_tensor(&t);
         gguf_cuda_dq_check_free(chk);
     }
     /* GGUFKIT_GPU_QUICK=1 (compute-sanitizer runs): not the 2^25-element chunks */
-    const char *quick = getenv("GGUFKIT_GPU_QUICK");
-    if (quick && *quick && *quick != '0')
+    if (quick_run())
         return;
     gguf_cuda_dq_check *chk = make_checker((int64_t)1 << 25, 2);
     tensor t = make_tensor(GGUF_TYPE_Q4_K, ((int64_t)1 << 26) / 256 + 1, 5);
