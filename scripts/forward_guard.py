@@ -121,24 +121,26 @@ def diff_case(d, out, name, rc, same):
     return why
 
 
-def guard(mode, d, cs, refwd, same):
-    """Run the cases cs: save (mode "save") into d, or check against d (into d/new).
-    Returns the number of cases that differ."""
+def guard(mode, d, cs, refwd, same, jobs=1):
+    """Run the cases cs: save (mode "save") into d, or check against d (into d/new),
+    jobs at a time. Returns the number of cases that differ."""
+    from concurrent.futures import ThreadPoolExecutor
     out = d if mode == "save" else os.path.join(d, "new")
     os.makedirs(out, exist_ok=True)
     bad = 0
-    for i, (name, args) in enumerate(cs):
-        rc = run_case(refwd, name, args, out)
-        if mode == "check":
-            why = diff_case(d, out, name, rc, same)
-            if why:
-                bad += 1
-                print(f"DIFF {name}: {why}", flush=True)
-        elif rc not in (0, 1):
-            err = open(os.path.join(out, name + ".rc")).read().splitlines()[1:2]
-            print(f"note {name}: exit {rc}: {err}", flush=True)
-        if i % 50 == 0:
-            print(f"{i}/{len(cs)}", file=sys.stderr, flush=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        rcs = pool.map(lambda c: run_case(refwd, c[0], c[1], out), cs)
+        for i, ((name, _), rc) in enumerate(zip(cs, rcs)):
+            if mode == "check":
+                why = diff_case(d, out, name, rc, same)
+                if why:
+                    bad += 1
+                    print(f"DIFF {name}: {why}", flush=True)
+            elif rc not in (0, 1):
+                err = open(os.path.join(out, name + ".rc")).read().splitlines()[1:2]
+                print(f"note {name}: exit {rc}: {err}", flush=True)
+            if i % 50 == 0:
+                print(f"{i}/{len(cs)}", file=sys.stderr, flush=True)
     print(f"{len(cs)} cases, {bad} differ")
     return bad
 
@@ -149,7 +151,8 @@ def main():
     refwd = os.path.join(build, "tools", "ref-forward")
     os.makedirs(os.path.join(d, "models"), exist_ok=True)
     ms = models(gen, os.path.join(d, "models"))
-    sys.exit(1 if guard(mode, d, cases(ms), refwd, same_record) else 0)
+    jobs = int(os.environ.get("GUARD_JOBS", "1"))
+    sys.exit(1 if guard(mode, d, cases(ms), refwd, same_record, jobs) else 0)
 
 
 if __name__ == "__main__":

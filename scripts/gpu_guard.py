@@ -84,7 +84,8 @@ def main():
                                                             "gguf-inspect"))
     os.makedirs(os.path.join(d, "models"), exist_ok=True)
     ms = models(gen, os.path.join(d, "models"))
-    bad = guard(mode, d, cases(ms), refwd, lambda a, b: same_record(inspect, a, b))
+    jobs = int(os.environ.get("GUARD_JOBS", "4"))  # processes sharing the GPU
+    bad = guard(mode, d, cases(ms), refwd, lambda a, b: same_record(inspect, a, b), jobs)
     sys.exit(1 if bad else 0)
 
 

@@ -32,7 +32,8 @@ while [ $# -gt 0 ]; do
     --old) old=$2; shift 2 ;;
     --dequant)
         tools+=(gguf-dequant-verify)
-        gpu_tests+=(test_cuda_dequant test_cuda_upload test_cuda_st_dequant bench_cuda_dequant)
+        gpu_tests+=(test_cuda_dequant test_cuda_upload test_cuda_st_dequant test_cuda_dq_check
+                    bench_cuda_dequant bench_cuda_upload)
         shift ;;
     *) echo "usage: $0 [--old REV] [--dequant]" >&2; exit 2 ;;
     esac

@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 NEW=$ROOT/build-gpunew
 OLD=$ROOT/build-gpuold
 # the packs' libraries, and NCCL wherever the machine's Python stack keeps it
-nccl=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
+nccl=$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$NEW/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 status=0
