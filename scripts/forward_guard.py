@@ -101,41 +101,58 @@ def same_record(a, b):
     return None
 
 
+def diff_case(d, out, name, rc, same):
+    """Why case `name` of the new run (in out, exit rc) differs from the saved one (in d),
+    or None; same(a, b) compares two records."""
+    why = None
+    old = open(os.path.join(d, name + ".rc")).read().split("\n")
+    if str(rc) != old[0]:
+        why = f"exit {rc}, was {old[0]} ({' '.join(old[1:])[:200]})"
+    for ext in (".rec.gguf", ".npy"):
+        a, b = os.path.join(d, name + ext), os.path.join(out, name + ext)
+        if os.path.exists(a) != os.path.exists(b):
+            why = why or f"{ext} present on one side only"
+        elif os.path.exists(a):
+            if ext == ".npy":
+                if open(a, "rb").read() != open(b, "rb").read():
+                    why = why or "logits differ"
+            else:
+                why = why or same(a, b)
+    return why
+
+
+def guard(mode, d, cs, refwd, same, jobs=1):
+    """Run the cases cs: save (mode "save") into d, or check against d (into d/new),
+    jobs at a time. Returns the number of cases that differ."""
+    from concurrent.futures import ThreadPoolExecutor
+    out = d if mode == "save" else os.path.join(d, "new")
+    os.makedirs(out, exist_ok=True)
+    bad = 0
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        rcs = pool.map(lambda c: run_case(refwd, c[0], c[1], out), cs)
+        for i, ((name, _), rc) in enumerate(zip(cs, rcs)):
+            if mode == "check":
+                why = diff_case(d, out, name, rc, same)
+                if why:
+                    bad += 1
+                    print(f"DIFF {name}: {why}", flush=True)
+            elif rc not in (0, 1):
+                err = open(os.path.join(out, name + ".rc")).read().splitlines()[1:2]
+                print(f"note {name}: exit {rc}: {err}", flush=True)
+            if i % 50 == 0:
+                print(f"{i}/{len(cs)}", file=sys.stderr, flush=True)
+    print(f"{len(cs)} cases, {bad} differ")
+    return bad
+
+
 def main():
     mode, build, d = sys.argv[1], sys.argv[2], sys.argv[3]
     gen = os.path.join(build, "tools", "gguf-gen")
     refwd = os.path.join(build, "tools", "ref-forward")
-    os.makedirs(d, exist_ok=True)
     os.makedirs(os.path.join(d, "models"), exist_ok=True)
     ms = models(gen, os.path.join(d, "models"))
-    cs = cases(ms)
-    out = d if mode == "save" else os.path.join(d, "new")
-    os.makedirs(out, exist_ok=True)
-    bad = 0
-    for i, (name, args) in enumerate(cs):
-        rc = run_case(refwd, name, args, out)
-        if mode == "check":
-            why = None
-            old_rc = open(os.path.join(d, name + ".rc")).read().split("\n")[0]
-            if str(rc) != old_rc:
-                why = f"exit {rc}, was {old_rc}"
-            for ext in (".rec.gguf", ".npy"):
-                a, b = os.path.join(d, name + ext), os.path.join(out, name + ext)
-                if os.path.exists(a) != os.path.exists(b):
-                    why = why or f"{ext} present on one side only"
-                elif os.path.exists(a):
-                    if ext == ".npy":
-                        if open(a, "rb").read() != open(b, "rb").read():
-                            why = why or "logits differ"
-                    else:
-                        why = why or same_record(a, b)
-            if why:
-                bad += 1
-                print(f"DIFF {name}: {why}", flush=True)
-        if i % 50 == 0:
-            print(f"{i}/{len(cs)}", file=sys.stderr, flush=True)
-    print(f"{len(cs)} cases, {bad} differ")
-    sys.exit(1 if bad else 0)
+    jobs = int(os.environ.get("GUARD_JOBS", "1"))
+    sys.exit(1 if guard(mode, d, cases(ms), refwd, same_record, jobs) else 0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 /*
- * The block loop of the GPU forward pass, one description for both GPU
- * executors (as libgguf/src/forward/forward_exec.c is for the CPU):
+ * The block loop of the GPU forward pass (as libgguf/src/forward/forward_exec.c
+ * is for the CPU):
  *
  *   embedding   token rows into x
  *   per block   attn_norm -> attention -> [reduce] -> residual
@@ -8,9 +8,9 @@
  *               -> [reduce] (+ shared experts, [reduce]) -> residual
  *   head        output_norm -> logits
  *
- * with a capture at every point of gguf_capture_point. The executor gives
- * the ops: fwd_run.cu (one GPU, weights streamed from the file) and fwd_tp.cu
- * (one NCCL rank, weights sliced by a shard plan, collectives). The loop owns
+ * with a capture at every point of gguf_capture_point. The executor
+ * (fwd_gpu.h) gives the ops, one set for one GPU (reduce NULL) and one for an
+ * NCCL rank (reduce over the communicator). The loop owns
  * nothing: buffers belong to the executor, so an op that fails returns and the
  * executor's cleanup runs. Not installed.
  */
@@ -79,7 +79,7 @@ typedef struct fb_exec {
     float *x;     /* the residual stream */
     float *cur;   /* normed rows: the input of attention, FFN and head */
     float *part;  /* attention's and the FFN's output */
-    float *part2; /* the shared experts' output; NULL where ffn never sets has_shared */
+    float *part2; /* the shared experts' output */
 } fb_exec;
 
 /* Embedding, the n_layer_main blocks and the head for n tokens; the logits

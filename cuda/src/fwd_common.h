@@ -1,5 +1,5 @@
-/* Host helpers shared by the two GPU forward backends (fwd_run.cu: one GPU,
- * fwd_tp.cu: a tensor-parallel rank). Not installed. */
+/* Host helpers of the GPU executor (fwd_gpu.h): the cuBLAS handle, its
+ * errors, the RoPE table. Not installed. */
 #ifndef GGUFKIT_FWD_COMMON_H
 #define GGUFKIT_FWD_COMMON_H
 

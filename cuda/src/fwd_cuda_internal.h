@@ -1,5 +1,5 @@
 /* Kernels of the GPU forward pass (fwd_kernels.cu) as launch functions on a
- * stream, used by the layer loop (fwd_run.cu). Activations are f32, row
+ * stream, used by the GPU executor (fwd_gpu.h). Activations are f32, row
  * major, one row per token; reductions accumulate in double and results are
  * rounded to float where the CPU's f32 mode rounds (forward_ops.c). Not
  * installed. */

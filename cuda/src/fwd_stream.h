@@ -1,5 +1,5 @@
 /*
- * The weight streamer of the GPU forward passes (fwd_run.cu, fwd_tp.cu):
+ * The weight streamer of the GPU forward pass (fwd_gpu.h):
  * rows of quantized tensors from the file's mmap to dequantized f32 rows in
  * device memory, through three staging buffers, overlapping the host's
  * gather, the host-to-device copy and the GPU's work. Not installed.

@@ -195,16 +195,38 @@ void dv_kv_b_compare(dv_ref_result *r, const gguf_st_set *st, int64_t layer,
                      const gguf_tensor *kb, const float *k, const gguf_tensor *vb,
                      const float *v);
 
-/* ---- --gpu ---- */
+/* ---- --gpu ----
+ * The GPU check of one run (dequant_verify_gpu.c, over ggufkit_cuda's
+ * checker): per chunk, dv_gpu_buffer says where to decode (a pinned buffer of
+ * the checker, or NULL: the caller's own), dv_gpu_submit queues the GPU's
+ * dequantization and its comparison with the CPU's floats, and at the end of
+ * a tensor dv_gpu_tensor_end gives the count of differing elements. Each
+ * returns 0, or -1 with a reason in why when the GPU path failed (the run
+ * then goes on without it). */
+typedef struct dv_gpu dv_gpu;
 /* Whether GPU comparison can run; when not, why says so ("this build has no
  * CUDA support", "no CUDA device", ...). */
 bool dv_gpu_available(char *why, size_t why_size);
-/* Compare the GPU dequantization of rows [row0, row0+n_rows) of t with the
- * CPU reference x; adds differing elements to *n_diff. Returns 0, or -1 with
- * a reason in why when the GPU path failed. */
-int dv_gpu_compare_rows(const gguf_tensor *t, const float *x, int64_t row0, int64_t n_rows,
-                        uint64_t *n_diff, char *why, size_t why_size);
-/* Free what the GPU check allocated. */
-void dv_gpu_release(void);
+/* The checker, its pinned buffers holding chunk_elems floats (clamped to
+ * [4096, 32 Mi]), copying on `threads` host threads. */
+int dv_gpu_create(dv_gpu **out, uint64_t chunk_elems, int threads, char *why, size_t why_size);
+/* Where to decode the next n floats of a tensor of `type`: *buf is the
+ * checker's next pinned buffer (the GPU is done reading it) when they fit one,
+ * else NULL. */
+int dv_gpu_buffer(dv_gpu *g, uint32_t type, uint64_t n, float **buf, char *why,
+                  size_t why_size);
+/* Queue the comparison of rows [row0, row0+n_rows) of t with the CPU's floats
+ * x (the buffer dv_gpu_buffer gave, or the caller's own memory, copied): x
+ * must not be written until dv_gpu_buffer hands it out again; t's bytes may
+ * be dropped on return. */
+int dv_gpu_submit(dv_gpu *g, const gguf_tensor *t, const float *x, int64_t row0,
+                  int64_t n_rows, char *why, size_t why_size);
+/* Wait for the tensor's chunks; *n_diff = elements that differed. */
+int dv_gpu_tensor_end(dv_gpu *g, const gguf_tensor *t, uint64_t *n_diff, char *why,
+                      size_t why_size);
+/* One line of figures (chunks, bytes, host waits) on f, for -v. */
+void dv_gpu_print_stats(const dv_gpu *g, FILE *f, const char *tool);
+/* Free what the GPU check allocated. Accepts NULL. */
+void dv_gpu_free(dv_gpu *g);
 
 #endif

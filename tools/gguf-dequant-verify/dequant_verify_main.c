@@ -115,6 +115,7 @@ typedef struct run_state {
     bool gpu_ok;
     bool gpu_failed; /* the GPU was there but a CUDA call failed mid-run */
     char gpu_why[256];
+    dv_gpu *gpu;     /* the GPU check (--gpu, a GPU there) */
     pending_kvb *kvb;
     int64_t n_kvb;
     int64_t n_kvb_fail;
@@ -532,8 +533,38 @@ static void drop_pages(const uint8_t *p, uint64_t n)
         madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
+/* Rows of t dequantized at a time: --chunk floats' worth, at least one row,
+ * at most the tensor. */
+static int64_t chunk_rows_of(const dv_opts *o, const gguf_tensor *t)
+{
+    const int64_t ne0 = t->ne[0] > 0 ? t->ne[0] : 1;
+    const int64_t n_rows = t->n_elements / ne0;
+    int64_t chunk_rows = (int64_t)(o->chunk_elems / (uint64_t)ne0);
+    if (chunk_rows < 1)
+        chunk_rows = 1;
+    if (chunk_rows > n_rows)
+        chunk_rows = n_rows > 0 ? n_rows : 1;
+    return chunk_rows;
+}
+
+/* The GPU check failed mid-run: said once on stderr; the run goes on without
+ * it and ends with exit 3. */
+static void gpu_stop(run_state *rs, const char *why)
+{
+    rs->gpu_ok = false;
+    rs->gpu_failed = true;
+    snprintf(rs->gpu_why, sizeof rs->gpu_why, "stopped: %.200s", why);
+    fprintf(stderr, "%s: --gpu: %s\n", spec.tool, rs->gpu_why);
+}
+
 /* One tensor, chunk by chunk. Returns 0, 1 (this tensor failed), or a
- * negative gguf status for errors that stop the run. */
+ * negative gguf status for errors that stop the run.
+ *
+ * With --gpu, a chunk is decoded into one of the GPU checker's pinned buffers
+ * and submitted at once, before its statistics: the GPU uploads, dequantizes
+ * and compares it while the CPU computes them and decodes the next chunks,
+ * and the tensor's count of differing elements is read at its end. The
+ * statistics, the reference comparison and --dump only read the buffer. */
 static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *npy,
                          gguf_error *err)
 {
@@ -542,11 +573,7 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
     const int64_t n_rows = t->n_elements / ne0;
     uint64_t row_bytes = 0;
     gguf_type_row_bytes(t->type, ne0, &row_bytes);
-    int64_t chunk_rows = (int64_t)(o->chunk_elems / (uint64_t)ne0);
-    if (chunk_rows < 1)
-        chunk_rows = 1;
-    if (chunk_rows > n_rows)
-        chunk_rows = n_rows > 0 ? n_rows : 1;
+    const int64_t chunk_rows = chunk_rows_of(o, t);
     /* attn_k_b / attn_v_b are kept whole for the kv_b_proj reassembly */
     const bool keep = rs->st && dv_ref_is_kv_b_part(t->name);
     float *whole = NULL;
@@ -583,9 +610,24 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
         const int64_t nr = n_rows - r0 < chunk_rows ? n_rows - r0 : chunk_rows;
         const uint8_t *src = t->data + (uint64_t)r0 * row_bytes;
         float *dst = keep ? whole + r0 * ne0 : rs->buf;
+        char why[256];
+        if (gpu_state >= 0 && !keep) {
+            float *pinned = NULL;
+            if (dv_gpu_buffer(rs->gpu, t->type, (uint64_t)(nr * ne0), &pinned, why,
+                              sizeof why) != 0) {
+                gpu_state = -1;
+                gpu_stop(rs, why);
+            } else if (pinned) {
+                dst = pinned;
+            }
+        }
         rc = gguf_dequant_rows(t->type, src, row_bytes, dst, ne0, nr, &dopt, err);
         if (rc != 0)
             break;
+        if (gpu_state >= 0 && dv_gpu_submit(rs->gpu, t, dst, r0, nr, why, sizeof why) != 0) {
+            gpu_state = -1;
+            gpu_stop(rs, why);
+        }
         dv_stats_add(&s, dst, (uint64_t)(nr * ne0), gguf_dequant_pool_size(rs->pool));
         if (ti->quantized)
             dv_scan_scales(&s, t->type, src, (uint64_t)nr * (uint64_t)(ne0 / ti->block_size));
@@ -593,16 +635,6 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
             dv_ref_rows(&ref, &map, t, dst, r0, nr);
         if (npy && (rc = gguf_npy_writer_append_f32(npy, dst, (uint64_t)(nr * ne0), err)) != 0)
             break;
-        if (gpu_state >= 0) {
-            char why[256];
-            if (dv_gpu_compare_rows(t, dst, r0, nr, &gpu_diff, why, sizeof why) != 0) {
-                gpu_state = -1;
-                rs->gpu_ok = false;
-                rs->gpu_failed = true;
-                snprintf(rs->gpu_why, sizeof rs->gpu_why, "stopped: %.200s", why);
-                fprintf(stderr, "%s: --gpu: %s\n", spec.tool, rs->gpu_why);
-            }
-        }
         drop_pages(src, (uint64_t)nr * row_bytes);
         rs->bytes_done += (uint64_t)nr * row_bytes;
         cli_progress_update(&rs->progress, rs->bytes_done);
@@ -611,6 +643,13 @@ static int verify_tensor(run_state *rs, const gguf_tensor *t, gguf_npy_writer *n
         free(whole);
         dv_ref_map_free(&map);
         return rc;
+    }
+    if (gpu_state >= 0) {
+        char why[256];
+        if (dv_gpu_tensor_end(rs->gpu, t, &gpu_diff, why, sizeof why) != 0) {
+            gpu_state = -1;
+            gpu_stop(rs, why);
+        }
     }
     if (have_ref)
         dv_ref_end(&ref, &map, t);
@@ -778,6 +817,7 @@ static int prepare(run_state *rs, dv_opts *o, gguf_npy_writer **npy, uint64_t *t
     const int64_t n_all = gguf_set_tensor_count(rs->set);
     int64_t n_sel = 0;
     const gguf_tensor *only = NULL;
+    uint64_t gpu_chunk = 0; /* the most floats of one chunk: what the GPU's buffers hold */
     for (int64_t i = 0; i < n_all; i++) {
         const gguf_tensor *t = gguf_set_tensor_at(rs->set, i);
         if (!selected(o, rs->set, t))
@@ -785,6 +825,9 @@ static int prepare(run_state *rs, dv_opts *o, gguf_npy_writer **npy, uint64_t *t
         n_sel++;
         only = t;
         *total_bytes += t->nbytes;
+        const uint64_t c = (uint64_t)chunk_rows_of(o, t) * (uint64_t)(t->ne[0] > 0 ? t->ne[0] : 1);
+        if (c > gpu_chunk)
+            gpu_chunk = c;
         const int w = (int)strlen(t->name);
         if (w > rs->name_width)
             rs->name_width = w < 48 ? w : 48;
@@ -819,6 +862,23 @@ static int prepare(run_state *rs, dv_opts *o, gguf_npy_writer **npy, uint64_t *t
     rc = gguf_dequant_pool_create(&rs->pool, o->threads, &err);
     if (rc)
         return fail(&err, rc);
+    if (o->gpu && rs->gpu_ok) {
+        /* pinned buffers and copy threads: a failure here is the environment's,
+         * as a missing GPU is */
+        char why[256];
+        if (dv_gpu_create(&rs->gpu, gpu_chunk, gguf_dequant_pool_size(rs->pool), why,
+                          sizeof why) != 0) {
+            rs->gpu_ok = false;
+            snprintf(rs->gpu_why, sizeof rs->gpu_why, "%.250s", why);
+            if (!o->gpu_auto) {
+                cli_errorf(spec.tool, "--gpu: %s (use --gpu auto to skip the GPU check where "
+                           "there is none)", rs->gpu_why);
+                return CLI_EXIT_ENV;
+            }
+            if (!o->json)
+                fprintf(stderr, "%s: --gpu auto: skipped: %s\n", spec.tool, rs->gpu_why);
+        }
+    }
     if (o->dump) {
         int64_t shape[GGUF_MAX_DIMS];
         const int nd = only->n_dims ? (int)only->n_dims : 1;
@@ -904,8 +964,7 @@ static void run_state_free(run_state *rs)
     json_decref(rs->json_doc);
     json_decref(rs->json_kvb);
     free(rs->buf);
-    if (rs->o->gpu)
-        dv_gpu_release();
+    dv_gpu_free(rs->gpu);
     gguf_dequant_pool_free(rs->pool);
     gguf_st_set_free(rs->st);
     gguf_set_free(rs->set);
@@ -938,6 +997,8 @@ static int finish(run_state *rs, int64_t n_failed)
         summary_text(rs);
     else if (json_report_finish(rs, ok) != 0)
         return CLI_EXIT_ENV;
+    if (cli_verbosity >= 2)
+        dv_gpu_print_stats(rs->gpu, stderr, spec.tool);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         cli_errorf(spec.tool, "cannot write the output");
         return CLI_EXIT_ENV;
