@@ -12,9 +12,10 @@
 # GGUFKIT_WERROR=ON) and builds it (incrementally: a second call on the same
 # machine rebuilds what changed). When that build
 # fails (the GPU machine's image may lack a library's headers: jansson, check,
-# xxhash) and GGUFKIT_GPU_PREBUILT names a tree made elsewhere by
-# tests/gpu/pack_prebuilt.sh (the binaries and, in its lib/, the shared
-# libraries they need beyond libc and libstdc++), that tree is used instead.
+# xxhash) and GGUFKIT_GPU_PREBUILT names a pack made elsewhere by
+# scripts/gpu_prepare.sh --dequant (build-gpunew: the binaries and, in its lib/,
+# the shared libraries they need beyond libc and libstdc++), that pack is used
+# instead; GGUFKIT_GPU_BUILD may name such a pack directly.
 # GGUFKIT_GPU_TESTDATA:
 # folder of real .gguf files for the bit-exactness test (default
 # gpudata/testdata). Extra shared libraries (e.g. libsubunit for Check) may be
@@ -57,6 +58,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 
 if [ -n "${GGUFKIT_GPU_BUILD:-}" ] && [ -x "$BUILD/tests/test_cuda_dequant" ]; then
     step "prebuilt $BUILD"
+    [ -d "$BUILD/lib" ] && export LD_LIBRARY_PATH="$BUILD/lib:$LD_LIBRARY_PATH"
 else
     step "build $BUILD (sm_90)"
     if ! { cmake -S "$ROOT" -B "$BUILD" -DGGUFKIT_WERROR="${GGUFKIT_GPU_WERROR:-OFF}" \
