@@ -8,7 +8,8 @@ GEN=${GGUFKIT_GEN:-$GGUFKIT_BUILD/tools/gguf-gen}
 gen_archs() { "$GEN" archs | paste -sd' '; }
 SHARED=${GGUFKIT_SHARED:-}
 T=$(mktemp -d "${TMPDIR:-/tmp}/ggufkit-it-XXXXXX")
-trap 'rm -rf "$T"' EXIT
+PID=
+trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"' EXIT
 # A command that ends the test through set -e says so (a bare failing command,
 # a failed $(...) assignment, in a function too): never an exit without a word.
 # Only the test's own shell reports: inside $(...) set -e is off and a failing
@@ -57,4 +58,27 @@ contains() {
 finish() {
     echo "$passes passed, $fails failed"
     [ "$fails" -eq 0 ]
+}
+
+# serve_start MODEL [OPTIONS...]: `ref-forward serve` on a free port (output in
+# $T/srv.out, $T/srv.err); sets URL, PORT and PID (killed at exit). Returns 1 with a FAIL
+# when it says nowhere that it listens within 20 s.
+serve_start() {
+    # Emptied first: the child opens srv.out after the fork, and until then the file is
+    # missing or still names the previous server's port (a stale URL, then curl refused).
+    : >"$T/srv.out"
+    "$GGUFKIT_BIN/ref-forward" serve --port 0 "${@:2}" "$1" >"$T/srv.out" 2>"$T/srv.err" &
+    PID=$!
+    URL=
+    for _ in $(seq 400); do
+        URL=$(sed -n 's/^listening on //p' "$T/srv.out")
+        [ -n "$URL" ] && break
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    PORT=${URL##*:}
+    if [ -z "$URL" ]; then
+        fail "serve $*: no 'listening on' line: $(head -c 300 "$T/srv.err")"
+        return 1
+    fi
 }

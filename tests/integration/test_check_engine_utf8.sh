@@ -25,26 +25,17 @@ R=$GGUFKIT_BIN/ref-forward
 "$GEN" model --arch llama --type F32 --seed 7 --heads 4 --kv-heads 2 --head-dim 64 --no-sync \
     --force -q "$T/other.gguf" || fail "gguf-gen other"
 
-"$R" serve "$T/m.gguf" --port 0 --quirk llama-utf8-500 >"$T/srv.out" 2>"$T/srv.err" &
-PID=$!
-trap 'kill $PID 2>/dev/null; rm -rf "$T"' EXIT
-U=
-for _ in $(seq 400); do
-    U=$(sed -n 's/^listening on //p' "$T/srv.out")
-    [ -n "$U" ] && break
-    sleep 0.05
-done
-[ -n "$U" ] || { fail "serve did not start: $(head -c 300 "$T/srv.err")"; finish; exit 1; }
+serve_start "$T/m.gguf" --quirk llama-utf8-500 || { finish; exit 1; }
 
 # the quirk itself: llama-server's 500 and error body
-code=$(curl -s -o "$T/body" -w '%{http_code}' "$U/completion" \
+code=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/completion" \
        -d '{"prompt": [1, 301, 302], "n_predict": 8}')
 [ "$code" = 500 ] && pass || fail "the quirk: HTTP $code"
 contains "$T/body" '"message":"Failed to parse input at pos 0: butbut'
 contains "$T/body" '"type":"server_error"'
 
 # valid first tokens, then bytes: one token per request
-expect 0 "$R" check-engine "$T/m.gguf" --url "$U" --api llama-server --tokens 1,301,302 -n 8 \
+expect 0 "$R" check-engine "$T/m.gguf" --url "$URL" --api llama-server --tokens 1,301,302 -n 8 \
     --json
 python3 - "$T/out" <<'EOF' && pass || fail "token by token: $(head -c 600 "$T/out")"
 import json, sys
@@ -57,7 +48,7 @@ n = len(p["generated"])
 assert 1 <= n < 8, n  # compared up to the first token that is not UTF-8 alone
 EOF
 # the first generated token is not UTF-8: the prompt, by prefix
-expect 0 "$R" check-engine "$T/m.gguf" --url "$U" --api llama-server --tokens 1,300,301,302 \
+expect 0 "$R" check-engine "$T/m.gguf" --url "$URL" --api llama-server --tokens 1,300,301,302 \
     -n 8 --json
 python3 - "$T/out" <<'EOF' && pass || fail "prompt by prefix after a 500: $(head -c 600 "$T/out")"
 import json, sys
@@ -68,7 +59,7 @@ assert "prompt positions by prefix" in " ".join(p["notes"]), p["notes"]
 assert d["positions"] >= 1, d["positions"]
 EOF
 # --prompt-by-prefix on a healthy generation: prompt and generated positions
-expect 0 "$R" check-engine "$T/m.gguf" --url "$U" --api llama-server --tokens 1,301,302,356 \
+expect 0 "$R" check-engine "$T/m.gguf" --url "$URL" --api llama-server --tokens 1,301,302,356 \
     -n 2 --prompt-by-prefix --json
 python3 - "$T/out" <<'EOF' && pass || fail "--prompt-by-prefix: $(head -c 600 "$T/out")"
 import json, sys
@@ -78,7 +69,7 @@ n_gen = len(d["prompts"][0]["generated"])
 assert d["positions"] > n_gen, (d["positions"], n_gen)  # prompt positions compared too
 EOF
 # other weights, same vocabulary: diverged, already in the prompt
-expect 1 "$R" check-engine "$T/other.gguf" --url "$U" --api llama-server --tokens 1,300,301,302 \
+expect 1 "$R" check-engine "$T/other.gguf" --url "$URL" --api llama-server --tokens 1,300,301,302 \
     -n 8 --prompt-by-prefix --json
 python3 - "$T/out" <<'EOF' && pass || fail "other weights: $(head -c 600 "$T/out")"
 import json, sys
@@ -86,7 +77,7 @@ d = json.load(open(sys.argv[1]))
 assert d["ok"] is False, d["ok"]
 assert d["first_divergence"]["row"]["prompt"] is True, d["first_divergence"]
 EOF
-expect 2 "$R" check-engine "$T/m.gguf" --url "$U" --api vllm --tokens 1,300 -n 4 \
+expect 2 "$R" check-engine "$T/m.gguf" --url "$URL" --api vllm --tokens 1,300 -n 4 \
     --prompt-by-prefix
 contains "$T/err" "only with llama-server"
 
@@ -122,7 +113,8 @@ s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 print(f"http://127.0.0.1:{s.server_address[1]}", flush=True)
 s.serve_forever()
 PY
-python3 "$T/proxy.py" "$U" >"$T/proxy.out" 2>"$T/proxy.err" &
+: >"$T/proxy.out" # the child opens it after the fork: never a missing file
+python3 "$T/proxy.py" "$URL" >"$T/proxy.out" 2>"$T/proxy.err" &
 PROXY=$!
 trap 'kill $PID $PROXY 2>/dev/null; rm -rf "$T"' EXIT
 P=

@@ -15,29 +15,7 @@ command -v curl >/dev/null || skip "curl is not installed"
 export POSIXLY_CORRECT=1
 "$GEN" model --arch llama --vocab 300 --no-sync --force -q "$T/llama.gguf" || fail "gguf-gen llama"
 
-PID=
-URL=
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"' EXIT
 
-# start MODEL [OPTIONS...]: a server on a free port; sets URL and PID.
-start() {
-    # Emptied first: the child opens srv.out after the fork, and until then the file
-    # still names the previous server's port (a stale URL, then curl refused).
-    : >"$T/srv.out"
-    "$R" serve --port 0 "${@:2}" "$1" >"$T/srv.out" 2>"$T/srv.err" &
-    PID=$!
-    URL=
-    for _ in $(seq 400); do
-        URL=$(sed -n 's/^listening on //p' "$T/srv.out")
-        [ -n "$URL" ] && break
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    if [ -z "$URL" ]; then
-        fail "serve $*: no 'listening on' line: $(head -c 300 "$T/srv.err")"
-        return 1
-    fi
-}
 
 # stop [SIGNAL]: the server exits 0 and says it shut down.
 stop() {
@@ -83,7 +61,7 @@ EOF
 C='/v1/completions'
 
 # ---- the plain server: endpoints and refusals ----
-start "$T/llama.gguf" --served-model tiny --max-body 4K --max-tokens 64 || { finish; exit 1; }
+serve_start "$T/llama.gguf" --served-model tiny --max-body 4K --max-tokens 64 || { finish; exit 1; }
 req 200 GET /health ''
 contains "$T/body" '"status":"ok"'
 req 200 GET /v1/models ''
@@ -162,7 +140,7 @@ req 200 GET /health ''
 stop INT
 
 # ---- the API key ----
-start "$T/llama.gguf" --api-key s3cret || { finish; exit 1; }
+serve_start "$T/llama.gguf" --api-key s3cret || { finish; exit 1; }
 req 401 POST $C '{"prompt": [1]}'
 error_is 401
 req 401 POST $C '{"prompt": [1]}' -H 'Authorization: Bearer wrong'
@@ -173,7 +151,7 @@ req 200 GET /health ''
 stop TERM
 
 # ---- a burst of concurrent clients: same answers as alone; a full queue says 503 ----
-start "$T/llama.gguf" --queue 32 || { finish; exit 1; }
+serve_start "$T/llama.gguf" --queue 32 || { finish; exit 1; }
 body='{"prompt": [1, 5, 9, 13], "max_tokens": 24, "logprobs": 3}'
 req 200 POST $C "$body"
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["choices"][0]; print(json.dumps([c["text"], c["logprobs"]]))' \
@@ -200,7 +178,7 @@ EOF
 [ "$ok" = 24 ] && pass || fail "burst: $ok of 24 answered 200 with the lone request's answer"
 stop TERM
 
-start "$T/llama.gguf" --queue 1 || { finish; exit 1; }
+serve_start "$T/llama.gguf" --queue 1 || { finish; exit 1; }
 pids=()
 for i in $(seq 12); do
     curl -s -o "$T/q.$i" -w '%{http_code}\n' "$URL$C" \
@@ -224,15 +202,15 @@ stop TERM
 
 # ---- --tp: a clean plan agrees with the reference, an injected fault does not ----
 body='{"prompt": [1, 7, 42, 99, 5, 17], "max_tokens": 6, "logprobs": 5, "echo": true}'
-start "$T/llama.gguf" --precision f64 || { finish; exit 1; }
+serve_start "$T/llama.gguf" --precision f64 || { finish; exit 1; }
 req 200 POST $C "$body"
 cp "$T/body" "$T/ref.json"
 stop TERM
-start "$T/llama.gguf" --precision f64 --tp 2 || { finish; exit 1; }
+serve_start "$T/llama.gguf" --precision f64 --tp 2 || { finish; exit 1; }
 req 200 POST $C "$body"
 cp "$T/body" "$T/tp.json"
 stop TERM
-start "$T/llama.gguf" --precision f64 --tp 2 --inject qkv-stream || { finish; exit 1; }
+serve_start "$T/llama.gguf" --precision f64 --tp 2 --inject qkv-stream || { finish; exit 1; }
 req 200 POST $C "$body"
 cp "$T/body" "$T/bad.json"
 stop TERM
@@ -254,7 +232,7 @@ EOF
 S=${SHARED:+$SHARED/models/stories260K.gguf}
 if [ -n "$S" ] && [ -f "$S" ]; then
     "$R" --prompt "Once upon a time" --bos -n 8 "$S" >"$T/run.out" || fail "ref-forward --prompt"
-    start "$S" || { finish; exit 1; }
+    serve_start "$S" || { finish; exit 1; }
     req 200 POST $C '{"prompt": "Once upon a time", "max_tokens": 8, "return_token_ids": true}'
     python3 - "$T/body" "$T/run.out" <<'EOF' && pass || fail "serve and run disagree"
 import json, sys
@@ -274,7 +252,7 @@ fi
 # ---- a byte-level BPE (gpt2) vocabulary: HF tokenizers' ids for the model's own text ----
 H=${SHARED:+$SHARED/hf/deepseek_v3/model-f32.gguf}
 if [ -n "$H" ] && [ -f "$H" ]; then
-    start "$H" || { finish; exit 1; }
+    serve_start "$H" || { finish; exit 1; }
     req 200 POST /tokenize '{"prompt": "The capital of France is", "add_special_tokens": false}'
     python3 -c "import json,sys; t=json.load(open('$T/body'))['tokens']; \
 sys.exit(0 if t==[344,503,785,294,568,90,296,446,355] else 1)" && pass ||
@@ -304,7 +282,7 @@ PY
 # ---- WordPiece (bert) drops whitespace: a text of none gives no tokens, 400 ----
 # (it decoded from logits no eval wrote: a different answer each time)
 with_tokenizer bert "$T/bert.gguf"
-start "$T/bert.gguf" || { finish; exit 1; }
+serve_start "$T/bert.gguf" || { finish; exit 1; }
 req 200 POST /tokenize '{"prompt": " ", "add_special_tokens": false}'
 contains "$T/body" '"count":0'
 for body in '{"prompt": " ", "add_special_tokens": false, "max_tokens": 2, "logprobs": 1}' \
@@ -320,7 +298,7 @@ stop TERM
 
 # ---- a vocabulary the tokenizer refuses: text gets 501, token ids work ----
 with_tokenizer no-such-model "$T/nope.gguf"
-start "$T/nope.gguf" || { finish; exit 1; }
+serve_start "$T/nope.gguf" || { finish; exit 1; }
 req 501 POST $C '{"prompt": "hello"}'
 error_is 501 prompt "send token ids"
 req 501 POST /tokenize '{"prompt": "hello"}'
@@ -339,7 +317,7 @@ expect 2 "$R" serve --tp 2 --inject no-such-fault "$T/llama.gguf"
 contains "$T/err" "unknown fault"
 expect 2 "$R" serve --host not-an-address "$T/llama.gguf"
 expect 2 "$R" serve "$T/no-such.gguf"
-start "$T/llama.gguf" || { finish; exit 1; }
+serve_start "$T/llama.gguf" || { finish; exit 1; }
 port=${URL##*:}
 expect 3 timeout 20 "$R" serve --port "$port" "$T/llama.gguf"
 contains "$T/err" "cannot listen"

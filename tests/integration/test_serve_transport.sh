@@ -19,29 +19,7 @@ export POSIXLY_CORRECT=1 # options before positionals, as test_serve.sh says why
 "$GEN" model --arch llama --vocab 300 --ctx 8192 --no-sync --force -q "$T/long.gguf" ||
     fail "gguf-gen long"
 
-PID=
-URL=
-PORT=
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"' EXIT
 
-# start MODEL [OPTIONS...]: a server on a free port; sets URL, PORT and PID.
-start() {
-    : >"$T/srv.out"
-    "$R" serve --port 0 "${@:2}" "$1" >"$T/srv.out" 2>"$T/srv.err" &
-    PID=$!
-    URL=
-    for _ in $(seq 400); do
-        URL=$(sed -n 's/^listening on //p' "$T/srv.out")
-        [ -n "$URL" ] && break
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    PORT=${URL##*:}
-    if [ -z "$URL" ]; then
-        fail "serve $*: no 'listening on' line: $(head -c 300 "$T/srv.err")"
-        return 1
-    fi
-}
 
 # stop: SIGTERM; the server exits 0 after saying so.
 stop() {
@@ -64,14 +42,14 @@ clients() {
 
 # ---- slowloris from one address: held to the per-client limit; others get in ----
 # the defaults: --max-per-client is 16, or --queue + 1 when larger (17 here)
-start "$T/llama.gguf" || { finish; exit 1; }
+serve_start "$T/llama.gguf" || { finish; exit 1; }
 clients crowd --count 200 --slow-from 127.0.0.2 --want-open 17
 # ---- Content-Length headers that differ, or beside Transfer-Encoding ----
 clients framing
 stop
 
 # ---- a client that goes away: its request stops, the next one runs at once ----
-start "$T/long.gguf" --max-tokens 8192 || { finish; exit 1; }
+serve_start "$T/long.gguf" --max-tokens 8192 || { finish; exit 1; }
 clients gone '{"prompt": [1, 2, 3], "max_tokens": 8000, "ignore_eos": true}'
 for _ in $(seq 100); do
     grep -q "the client went away" "$T/srv.err" && break
@@ -100,17 +78,17 @@ clients slowread '{"prompt": [1, 2, 3], "max_tokens": 300, "ignore_eos": true, "
 stop
 
 # ---- --max-per-client ----
-start "$T/llama.gguf" --max-per-client 3 || { finish; exit 1; }
+serve_start "$T/llama.gguf" --max-per-client 3 || { finish; exit 1; }
 clients crowd --count 20 --slow-from 127.0.0.3 --want-open 3
 stop
 
 # ---- the deadline for a whole request: a slow header, a slow body ----
-start "$T/llama.gguf" --request-timeout 2 -v || { finish; exit 1; }
+serve_start "$T/llama.gguf" --request-timeout 2 -v || { finish; exit 1; }
 clients late --deadline 2
 stop
 contains "$T/srv.err" "127.0.0.3: no whole request within 2 s (--request-timeout): connection closed"
 # every slot held by slow clients of 12 addresses: the deadline frees them
-start "$T/llama.gguf" --request-timeout 2 --max-per-client 8 || { finish; exit 1; }
+serve_start "$T/llama.gguf" --request-timeout 2 --max-per-client 8 || { finish; exit 1; }
 clients full --deadline 2 --addresses 12 --per 8
 stop
 
