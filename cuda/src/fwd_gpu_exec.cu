@@ -293,6 +293,20 @@ static const fb_ops gx_rank_ops = {
     gx_op_head,  gx_op_capture, gx_op_measure,   gx_op_logits,
 };
 
+/* One GPU: every layer's KV cache grown before the eval, not by each layer's
+ * attention: growing synchronizes the stream, and a sync inside the eval restarts
+ * the streamer's chunk sizes small (more chunks, other GEMM shapes, other bits).
+ * A rank's widths come from its slices: they grow at their first use. */
+static int gx_grow_caches(gx *c, int64_t need, gguf_error *err)
+{
+    for (int64_t il = 0; !c->plan && il < c->hp->n_layer_main; il++) {
+        int rc = gx_cache_reserve(c, il, c->set.k_w, c->set.v_w, need, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int gx_eval(gx *c, const int32_t *tokens, int64_t n, float *logits_out, gguf_error *err)
 {
     const int64_t E = c->hp->n_embd;
@@ -304,6 +318,8 @@ static int gx_eval(gx *c, const int32_t *tokens, int64_t n, float *logits_out, g
     v.c = c;
     int rc;
     GC_GOTO(err, cudaSetDevice(c->device));
+    if ((rc = gx_grow_caches(c, c->n_past + n, err)))
+        goto done;
     if ((rc = gx_alloc(c, &x, rows, err)) || (rc = gx_alloc(c, &cur, rows, err)) ||
         (rc = gx_alloc(c, &part, rows, err)) || (rc = gx_alloc(c, &part2, rows, err)) ||
         (rc = fwd_rope_table(&c->rt.rope, c->n_past, n, c->pool, c->ks, &cs, err)))
