@@ -9,7 +9,7 @@
 # (goal: --gpu within 1.5x of the CPU-only time), then one more --gpu run with -v for the
 # checker's figures (chunks, bytes, host waits; not timed).
 #
-#   tests/bench/bench_dequant_verify_gpu.sh [BUILD_DIR] [RUNS]     # defaults: build, 3
+#   tests/bench/bench_dequant_verify_gpu.sh [BUILD_DIR] [RUNS]     # defaults: build, 8
 #
 # Environment: THREADS (default: nproc); GGUFKIT_BENCH_MODEL=FILE uses that model instead of
 # generating one (kept); GGUFKIT_SCRATCH: where the model is generated (default ${TMPDIR:-/tmp};
@@ -19,7 +19,7 @@
 set -u -o pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
-runs=${2:-3}
+runs=${2:-8}
 threads=${THREADS:-$(nproc)}
 DV=$build/tools/gguf-dequant-verify
 GEN=$build/tools/gguf-gen
