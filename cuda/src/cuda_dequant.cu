@@ -148,7 +148,7 @@ static int launch_rows(const gguf_type_info *ti, uint32_t type, const uint8_t *s
 int gguf_cuda_dequant_to(uint32_t type, const void *src, uint32_t out_type, void *dst,
                          int64_t n, gguf_cuda_stream *stream, gguf_error *err)
 {
-    const gguf_type_info *ti;
+    const gguf_type_info *ti = NULL; /* set by check_types on success */
     int rc = check_types(type, out_type, &ti, err);
     if (rc != GGUF_OK)
         return rc;
@@ -169,7 +169,7 @@ int gguf_cuda_dequant_slice(uint32_t type, const void *tensor_data, int64_t ne0,
                             int64_t n_cols, uint32_t out_type, void *dst,
                             gguf_cuda_stream *stream, gguf_error *err)
 {
-    const gguf_type_info *ti;
+    const gguf_type_info *ti = NULL; /* set by check_types on success */
     int rc = check_types(type, out_type, &ti, err);
     if (rc != GGUF_OK)
         return rc;

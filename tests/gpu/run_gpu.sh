@@ -6,8 +6,7 @@
 # Uses a prebuilt tree when GGUFKIT_GPU_BUILD names one that holds the test
 # binaries (built elsewhere with the same CUDA); otherwise configures build-gpu
 # here for sm_90 only, Release, without -Werror (GGUFKIT_GPU_WERROR=ON to have
-# it: at -O3 GCC 12 warns maybe-uninitialized in libgguf/src/engine/
-# serve_request.c, and the GPU machine's compiler may warn where ours does
+# it: the GPU machine's compiler may warn where ours does
 # not; the warning-free check is the RelWithDebInfo build with
 # GGUFKIT_WERROR=ON) and builds it (incrementally: a second call on the same
 # machine rebuilds what changed). When that build

@@ -314,7 +314,7 @@ static int token_prompt(gguf_serve *s, json_t *arr, bool mixed, bool add_special
                 return rc;
             continue;
         }
-        int32_t id;
+        int32_t id = 0; /* set by check_id on success */
         if (check_id(s, v, "prompt", &id, e))
             return -1;
         int32_t *g = realloc(p->ids, (size_t)(p->n + 2) * sizeof *g);
@@ -524,8 +524,8 @@ static int budget(gguf_serve *s, serve_creq *q, int64_t max_tokens, const char *
 
 static int check_model(gguf_serve *s, json_t *o, serve_err *e)
 {
-    const char *name;
-    size_t len;
+    const char *name = NULL; /* set by get_str when the key is there */
+    size_t len = 0;
     const int rc = get_str(o, "model", &name, &len, e);
     if (rc < 0)
         return -1;

@@ -371,7 +371,7 @@ int gguf_npy_open_memory(gguf_npy **out, const void *data, size_t size, const ch
     if (!out || (!data && size))
         return gguf_fail(err, GGUF_E_INVALID, GGUF_NO_OFFSET, "gguf_npy_open_memory: NULL");
     *out = NULL;
-    gguf_npy *a;
+    gguf_npy *a = NULL; /* set by new_array on success (GCC 12 -O3 cannot tell) */
     int rc = new_array(&a, name ? name : "<memory>", err);
     if (rc)
         return rc;
@@ -406,7 +406,7 @@ int gguf_npy_open(gguf_npy **out, const char *path, const gguf_npy_opts *opts, g
         return gguf_fail(err, GGUF_E_NOT_GGUF, GGUF_NO_OFFSET,
                          "%s: not a regular file (a folder or a device)", path);
     }
-    gguf_npy *a;
+    gguf_npy *a = NULL; /* set by new_array on success (GCC 12 -O3 cannot tell) */
     int rc = new_array(&a, path, err);
     if (rc) {
         close(fd);
